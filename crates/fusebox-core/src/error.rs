@@ -1,0 +1,77 @@
+//! The one error type of the core.
+//!
+//! Every variant is *deterministic*: the same input yields the same error on
+//! every replica, so an error is an answer to return to the caller, never a
+//! reason to stop a node. (IO errors live in the server crate.)
+
+use thiserror::Error;
+
+/// Why the core refused an input.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CoreError {
+    /// A field is empty, too long or holds characters it may not.
+    #[error("invalid {field}: {reason}")]
+    InvalidField {
+        /// The field's name as the API spells it.
+        field: &'static str,
+        /// The rule it broke.
+        reason: String,
+    },
+    /// A bounded collection is full.
+    #[error("limit reached: at most {max} {what}")]
+    LimitReached {
+        /// What is counted, in plural ("breakers in namespace").
+        what: &'static str,
+        /// The bound.
+        max: usize,
+    },
+    /// A policy document failed validation; every problem is listed.
+    #[error("policy rejected: {}", crate::policy::render_problems(.0))]
+    InvalidPolicy(Vec<crate::policy::PolicyProblem>),
+    /// The named thing does not exist.
+    #[error("{what} not found: {name}")]
+    NotFound {
+        /// What was looked up ("namespace", "policy version").
+        what: &'static str,
+        /// The name or id given.
+        name: String,
+    },
+    /// A snapshot could not be encoded or decoded.
+    #[error("snapshot: {0}")]
+    Snapshot(String),
+}
+
+impl CoreError {
+    /// Shorthand for [`CoreError::InvalidField`].
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        CoreError::InvalidField {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Checks that `value` is non-empty and at most `max` bytes.
+pub fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), CoreError> {
+    if value.is_empty() {
+        return Err(CoreError::invalid(field, "must not be empty"));
+    }
+    if value.len() > max {
+        return Err(CoreError::invalid(
+            field,
+            format!("is {} bytes, at most {max} allowed", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `value` is at most `max` bytes (empty allowed).
+pub fn check_max_len(field: &'static str, value: &str, max: usize) -> Result<(), CoreError> {
+    if value.len() > max {
+        return Err(CoreError::invalid(
+            field,
+            format!("is {} bytes, at most {max} allowed", value.len()),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! The idempotency ledger: one intent, at most one backend effect.
+//!
+//! A write tool calls `begin` with its key before the call and `complete`
+//! after it. `begin` answers exactly one of started, in progress, completed
+//! (replay), mismatch or ambiguous. The rules live in [`rules`] as pure
+//! functions of one record; [`Ledger`] stores records with their indexes.
+//!
+//! Invariants:
+//! - a key answers `started` to a second attempt only after an explicit
+//!   release (failed before execution, an operator's "not done") or, for an
+//!   idempotent write only, after the holder's lease lapsed;
+//! - a non-idempotent write whose lease lapses becomes AMBIGUOUS, never free;
+//! - ambiguous and in-progress records are never purged by retention; final
+//!   and released records are, after the namespace's retention period.
+
+mod key;
+mod record;
+mod request;
+pub mod rules;
+mod store;
+
+pub use key::{derive_key, DERIVED_KEY_PREFIX};
+pub use record::{AmbiguityCause, Decision, Record, Resolution, Status};
+pub use request::{BeginRequest, CompleteRequest, Completion, ResolveRequest};
+pub use rules::{BeginAnswer, CompleteAnswer, ResolveAnswer};
+pub use store::{Ledger, ListFilter, Page, LIST_SCAN_MAX};

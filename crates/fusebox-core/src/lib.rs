@@ -1,0 +1,44 @@
+//! Fusebox's core: the pure, deterministic logic of a fleet-wide circuit
+//! breaker and idempotency ledger.
+//!
+//! This crate is the part of Fusebox that decides. It holds the breaker
+//! engine ([`breaker`]), the idempotency ledger ([`ledger`]), the policy model
+//! ([`policy`]), latency disclosure ([`disclosure`]) and the replicated state
+//! machine that ties them together ([`machine`]). It does no IO: no tokio, no
+//! tonic, no RocksDB, no clock. The server crate feeds it Raft entries; the
+//! client crate uses its admission rules against a cached view.
+//!
+//! Invariants this crate keeps, and tests:
+//! - **Determinism.** The same commands with the same entry timestamps give
+//!   the same state and the same answers on every replica. Time is a value on
+//!   the entry ([`Timestamp`]); collections whose order matters are ordered
+//!   (`BTreeMap`), never hashed.
+//! - **Fencing.** Every breaker change bumps its generation; generations only
+//!   grow, and reports or probe results carrying a stale generation are
+//!   ignored.
+//! - **Probes.** Live probe permits on a half-open breaker never exceed the
+//!   policy's `concurrent_probes`, fleet-wide.
+//! - **At most one started.** A ledger key answers `started` to a second
+//!   attempt only after an explicit release (a failure before execution, an
+//!   operator's "not done") or, for idempotent writes only, a lease expiry. A
+//!   non-idempotent write whose lease expires becomes ambiguous, never free.
+//! - **Bounds.** Every size is limited by a constant in [`limits`]; inputs
+//!   over a limit are refused with a [`CoreError`] before they touch state.
+
+#![deny(missing_docs)]
+
+pub mod breaker;
+pub mod disclosure;
+pub mod error;
+pub mod ledger;
+pub mod limits;
+pub mod machine;
+pub mod name;
+pub mod outcome;
+pub mod policy;
+pub mod time;
+
+pub use error::CoreError;
+pub use name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
+pub use outcome::{OutcomeClass, Verdict};
+pub use time::Timestamp;

@@ -1,0 +1,44 @@
+//! Every size the core accepts has a bound, named here with its unit.
+//!
+//! Inputs that break a bound are refused with [`crate::CoreError`] before they
+//! touch the state, so a hostile or buggy client can neither grow the state
+//! without limit nor make two replicas disagree about what was accepted.
+
+/// Longest namespace, server, tool, backend or replica name, in bytes.
+pub const NAME_BYTES_MAX: usize = 128;
+/// Longest idempotency key, in bytes.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+/// Longest request fingerprint, in bytes (a hex digest fits easily).
+pub const FINGERPRINT_BYTES_MAX: usize = 128;
+/// Longest intent id, attempt id, target or backend operation id, in bytes.
+pub const ID_BYTES_MAX: usize = 256;
+/// Longest operator reason, note or failure description, in bytes.
+pub const REASON_BYTES_MAX: usize = 1024;
+/// Largest result a ledger record may store for replay, in bytes.
+pub const STORED_RESULT_BYTES_MAX: usize = 16 * 1024;
+/// Most breakers (server and tool) one namespace may hold.
+pub const BREAKERS_PER_NAMESPACE_MAX: usize = 10_000;
+/// Most namespaces one cluster may hold.
+pub const NAMESPACES_MAX: usize = 1_024;
+/// Most ledger records one namespace may hold at once.
+pub const LEDGER_RECORDS_PER_NAMESPACE_MAX: usize = 5_000_000;
+/// Most outcomes one report batch (and so one log entry) may carry.
+pub const BATCH_OUTCOMES_MAX: usize = 4_096;
+/// Most transitions kept in one breaker's audit trail; older ones roll off.
+pub const AUDIT_ENTRIES_PER_BREAKER_MAX: usize = 64;
+/// Most distinct reporters a breaker remembers as evidence.
+pub const REPORTERS_TRACKED_MAX: usize = 64;
+/// Most policy versions kept per namespace; older ones roll off.
+pub const POLICY_VERSIONS_MAX: usize = 256;
+/// Largest policy document, in bytes.
+pub const POLICY_DOCUMENT_BYTES_MAX: usize = 256 * 1024;
+/// Most per-server or per-tool overrides one policy may hold.
+pub const POLICY_OVERRIDES_MAX: usize = 4_096;
+/// Longest lease a ledger attempt or probe permit may ask for, in milliseconds.
+pub const LEASE_MS_MAX: u64 = 10 * 60 * 1000;
+/// Longest an operator may force a breaker open for, in milliseconds (30 days).
+pub const FORCE_OPEN_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
+/// Most expired timers one `Tick` command processes; the rest wait for the next.
+pub const TICK_TIMERS_MAX: usize = 4_096;
+/// Most records one list query returns.
+pub const LIST_LIMIT_MAX: usize = 1_000;

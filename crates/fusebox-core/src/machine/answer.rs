@@ -1,0 +1,115 @@
+//! What applying a command returns: a typed answer and the watch events.
+
+use super::namespace::KillSwitch;
+use crate::breaker::{BreakerView, ProbeAnswer, ProbeResult};
+use crate::error::CoreError;
+use crate::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer};
+use crate::name::Namespace;
+use serde::{Deserialize, Serialize};
+
+/// How a batch of outcome reports was taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportSummary {
+    /// Breaker updates that counted as evidence (up to two per outcome:
+    /// the server's breaker and the tool's).
+    pub counted: u32,
+    /// Updates fenced off by a stale generation.
+    pub stale: u32,
+    /// Updates that carried no evidence or met a breaker not counting.
+    pub ignored: u32,
+    /// Outcomes dropped because the namespace holds its maximum of breakers.
+    pub dropped_limit: u32,
+}
+
+/// The typed answer to one command.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// To `ReportOutcomes`.
+    Reported(ReportSummary),
+    /// To `AcquireProbe`.
+    Probe(ProbeAnswer),
+    /// To `ReleaseProbe`.
+    ProbeReleased(ProbeResult),
+    /// To `Operate`: the breaker after the change.
+    Breaker(Box<BreakerView>),
+    /// To ledger `begin`.
+    Begin(BeginAnswer),
+    /// To ledger `complete`.
+    Complete(CompleteAnswer),
+    /// To ledger `resolve`.
+    Resolve(ResolveAnswer),
+    /// To `ApplyPolicy` and `RollbackPolicy`: the version now in force.
+    PolicyApplied {
+        /// The new version number.
+        version: u64,
+    },
+    /// To `SetKillSwitch`.
+    KillSwitch(KillSwitch),
+    /// To `Tick`: how many timers fired.
+    Ticked {
+        /// Breaker and ledger deadlines applied.
+        timers: u32,
+    },
+    /// The command was refused; the state did not change.
+    Rejected(CoreError),
+}
+
+/// What changed, for watch streams; each carries the revision it created.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WatchEvent {
+    /// A breaker changed state (its generation grew).
+    Breaker {
+        /// The revision of this change.
+        revision: u64,
+        /// The breaker after the change.
+        view: BreakerView,
+    },
+    /// A namespace's policy version changed.
+    Policy {
+        /// The revision of this change.
+        revision: u64,
+        /// The namespace.
+        namespace: Namespace,
+        /// The version now in force.
+        version: u64,
+    },
+    /// A namespace's kill switch changed.
+    KillSwitch {
+        /// The revision of this change.
+        revision: u64,
+        /// The namespace.
+        namespace: Namespace,
+        /// Whether writes are now blocked.
+        writes_blocked: bool,
+    },
+}
+
+impl WatchEvent {
+    /// The revision this event created.
+    pub fn revision(&self) -> u64 {
+        match self {
+            WatchEvent::Breaker { revision, .. }
+            | WatchEvent::Policy { revision, .. }
+            | WatchEvent::KillSwitch { revision, .. } => *revision,
+        }
+    }
+
+    /// The namespace the event belongs to.
+    pub fn namespace(&self) -> &Namespace {
+        match self {
+            WatchEvent::Breaker { view, .. } => &view.key.namespace,
+            WatchEvent::Policy { namespace, .. } | WatchEvent::KillSwitch { namespace, .. } => {
+                namespace
+            }
+        }
+    }
+}
+
+/// The result of applying one command.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Applied {
+    /// The answer for the caller.
+    pub answer: Answer,
+    /// The changes for watchers, in revision order.
+    pub events: Vec<WatchEvent>,
+}

@@ -1,0 +1,477 @@
+//! The replicated state machine: every command, applied deterministically.
+
+use super::answer::{Answer, Applied, ReportSummary, WatchEvent};
+use super::command::{Command, OperatorAction, OutcomeReport};
+use super::namespace::{KillSwitch, NamespaceState};
+use crate::breaker::{Breaker, BreakerKey, BreakerView, Observation, Recorded};
+use crate::error::{check_len, check_max_len, CoreError};
+use crate::ledger::Ledger;
+use crate::limits::{
+    BATCH_OUTCOMES_MAX, BREAKERS_PER_NAMESPACE_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX,
+    NAMESPACES_MAX, REASON_BYTES_MAX, TICK_TIMERS_MAX,
+};
+use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
+use crate::outcome::OutcomeClass;
+use crate::policy::{BreakerPolicy, PolicyDocument, Scope, ToolPolicy};
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The whole replicated state: namespaces, breakers and the ledger.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateMachine {
+    namespaces: BTreeMap<Namespace, NamespaceState>,
+    breakers: BTreeMap<BreakerKey, Breaker>,
+    breakers_per_namespace: BTreeMap<Namespace, usize>,
+    breaker_deadlines: BTreeSet<(Timestamp, BreakerKey)>,
+    ledger: Ledger,
+    revision: u64,
+    now: Timestamp,
+}
+
+impl StateMachine {
+    /// An empty state.
+    pub fn new() -> Self {
+        StateMachine::default()
+    }
+
+    /// The last revision handed to a watch event.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The latest entry time applied (entry times are clamped to never go back).
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// A namespace's settings, if it exists.
+    pub fn namespace(&self, ns: &Namespace) -> Option<&NamespaceState> {
+        self.namespaces.get(ns)
+    }
+
+    /// Every namespace, in order.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&Namespace, &NamespaceState)> {
+        self.namespaces.iter()
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// A breaker, if it exists.
+    pub fn breaker(&self, key: &BreakerKey) -> Option<&Breaker> {
+        self.breakers.get(key)
+    }
+
+    /// Every breaker of a namespace, in key order.
+    pub fn breakers_in<'a>(
+        &'a self,
+        ns: &'a Namespace,
+    ) -> impl Iterator<Item = (&'a BreakerKey, &'a Breaker)> + 'a {
+        self.breakers
+            .range(BreakerKey::server(ns.clone(), min_server())..)
+            .take_while(move |(k, _)| &k.namespace == ns)
+    }
+
+    /// The policy document in force in a namespace (defaults if none).
+    pub fn policy_document(&self, ns: &Namespace) -> PolicyDocument {
+        self.namespaces
+            .get(ns)
+            .and_then(|n| n.policy())
+            .map(|p| p.document.clone())
+            .unwrap_or_default()
+    }
+
+    /// The breaker policy in force for a key.
+    pub fn breaker_policy(&self, key: &BreakerKey) -> BreakerPolicy {
+        breaker_policy_in(&self.policy_document(&key.namespace), key)
+    }
+
+    /// A breaker as replicas see it (closed at generation 0 if never seen).
+    pub fn view(&self, key: &BreakerKey) -> BreakerView {
+        match self.breakers.get(key) {
+            Some(b) => BreakerView::of(key, b, &self.breaker_policy(key)),
+            None => BreakerView::closed(key.clone()),
+        }
+    }
+
+    /// Applies one command stamped with its entry time.
+    pub fn apply(&mut self, command: &Command, entry_time: Timestamp) -> Applied {
+        // A new leader's clock may lag the old one's: time never goes back.
+        self.now = self.now.max(entry_time);
+        let now = self.now;
+        let mut events = Vec::new();
+        let answer = match self.dispatch(command, now, &mut events) {
+            Ok(answer) => answer,
+            Err(e) => Answer::Rejected(e),
+        };
+        Applied { answer, events }
+    }
+
+    fn dispatch(
+        &mut self,
+        command: &Command,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        match command {
+            Command::ReportOutcomes {
+                namespace,
+                replica,
+                outcomes,
+            } => self.report(namespace, replica, outcomes, now, events),
+            Command::AcquireProbe { key, replica } => {
+                let policy = self.breaker_policy(key);
+                let answer = self
+                    .with_breaker(key, now, events, |b| b.acquire_probe(&policy, now, replica))?;
+                Ok(Answer::Probe(answer))
+            }
+            Command::ReleaseProbe {
+                key,
+                permit_id,
+                generation,
+                outcome,
+            } => {
+                let policy = self.breaker_policy(key);
+                let verdict = verdict_for(key, *outcome, &policy);
+                let result = self.with_breaker(key, now, events, |b| {
+                    b.release_probe(&policy, now, *permit_id, *generation, verdict)
+                })?;
+                Ok(Answer::ProbeReleased(result))
+            }
+            Command::Operate {
+                key,
+                action,
+                actor,
+                reason,
+            } => self.operate(key, action, actor, reason, now, events),
+            Command::Begin { namespace, request } => {
+                request.validate()?;
+                self.touch_namespace(namespace)?;
+                Ok(Answer::Begin(self.ledger.begin(namespace, request, now)?))
+            }
+            Command::Complete { namespace, request } => {
+                let retention = self.policy_document(namespace).ledger_retention_ms();
+                let answer = self.ledger.complete(namespace, request, now, retention)?;
+                Ok(Answer::Complete(answer))
+            }
+            Command::Resolve { namespace, request } => {
+                let retention = self.policy_document(namespace).ledger_retention_ms();
+                let answer = self.ledger.resolve(namespace, request, now, retention)?;
+                Ok(Answer::Resolve(answer))
+            }
+            Command::ApplyPolicy {
+                namespace,
+                document,
+                actor,
+            } => self.apply_policy(namespace, document, actor, None, now, events),
+            Command::RollbackPolicy {
+                namespace,
+                version,
+                actor,
+                reason,
+            } => self.rollback(namespace, *version, actor, reason, now, events),
+            Command::SetKillSwitch {
+                namespace,
+                writes_blocked,
+                actor,
+                reason,
+            } => self.kill_switch(namespace, *writes_blocked, actor, reason, now, events),
+            Command::Tick => Ok(self.tick(now, events)),
+        }
+    }
+
+    /// Creates the namespace on first use, within [`NAMESPACES_MAX`].
+    fn touch_namespace(&mut self, ns: &Namespace) -> Result<&mut NamespaceState, CoreError> {
+        if !self.namespaces.contains_key(ns) && self.namespaces.len() >= NAMESPACES_MAX {
+            return Err(CoreError::LimitReached {
+                what: "namespaces",
+                max: NAMESPACES_MAX,
+            });
+        }
+        Ok(self.namespaces.entry(ns.clone()).or_default())
+    }
+
+    /// Runs `f` on a breaker (created if new, within limits), keeping the
+    /// deadline index exact and emitting an event if the generation grew.
+    fn with_breaker<T>(
+        &mut self,
+        key: &BreakerKey,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+        f: impl FnOnce(&mut Breaker) -> T,
+    ) -> Result<T, CoreError> {
+        if key.backend.is_some() && key.tool.is_none() {
+            return Err(CoreError::invalid("backend", "a backend needs a tool"));
+        }
+        self.touch_namespace(&key.namespace)?;
+        let mut breaker = match self.breakers.remove(key) {
+            Some(b) => b,
+            None => {
+                let count = self
+                    .breakers_per_namespace
+                    .entry(key.namespace.clone())
+                    .or_default();
+                if *count >= BREAKERS_PER_NAMESPACE_MAX {
+                    return Err(CoreError::LimitReached {
+                        what: "breakers in namespace",
+                        max: BREAKERS_PER_NAMESPACE_MAX,
+                    });
+                }
+                *count += 1;
+                Breaker::new()
+            }
+        };
+        let (deadline, generation) = (breaker.next_deadline(), breaker.generation());
+        let out = f(&mut breaker);
+        if breaker.next_deadline() != deadline {
+            if let Some(at) = deadline {
+                self.breaker_deadlines.remove(&(at, key.clone()));
+            }
+            if let Some(at) = breaker.next_deadline() {
+                self.breaker_deadlines.insert((at, key.clone()));
+            }
+        }
+        debug_assert!(breaker.generation() >= generation, "generations only grow");
+        if breaker.generation() != generation {
+            self.revision += 1;
+            let policy = breaker_policy_in(&self.policy_document(&key.namespace), key);
+            events.push(WatchEvent::Breaker {
+                revision: self.revision,
+                view: BreakerView::of(key, &breaker, &policy),
+            });
+        }
+        let _ = now;
+        self.breakers.insert(key.clone(), breaker);
+        Ok(out)
+    }
+
+    fn report(
+        &mut self,
+        ns: &Namespace,
+        replica: &ReplicaId,
+        outcomes: &[OutcomeReport],
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        if outcomes.len() > BATCH_OUTCOMES_MAX {
+            return Err(CoreError::invalid(
+                "outcomes",
+                format!(
+                    "{} in one batch, at most {BATCH_OUTCOMES_MAX}",
+                    outcomes.len()
+                ),
+            ));
+        }
+        let document = self.policy_document(ns);
+        let mut resolved: BTreeMap<(ServerName, ToolName), ToolPolicy> = BTreeMap::new();
+        let mut summary = ReportSummary::default();
+        for o in outcomes {
+            let tool_policy = resolved
+                .entry((o.server.clone(), o.tool.clone()))
+                .or_insert_with(|| document.tool_policy(&o.server, &o.tool))
+                .clone();
+            let server_key = BreakerKey::server(ns.clone(), o.server.clone());
+            let server_policy = document.server_breaker(&o.server);
+            let server_obs = Observation {
+                replica: replica.clone(),
+                generation: o.server_generation,
+                verdict: o.class.server_verdict(),
+                duration_ms: o.duration_ms,
+            };
+            let tool_key = tool_key(ns, o, &tool_policy);
+            let tool_obs = Observation {
+                replica: replica.clone(),
+                generation: o.tool_generation,
+                verdict: o.class.verdict(tool_policy.breaker.rate_limited_is_failure),
+                duration_ms: o.duration_ms,
+            };
+            let pairs = [
+                (server_key, server_policy, server_obs),
+                (tool_key, tool_policy.breaker, tool_obs),
+            ];
+            for (key, policy, obs) in pairs {
+                match self.with_breaker(&key, now, events, |b| b.record(&policy, now, &obs)) {
+                    Ok(Recorded::Counted) => summary.counted += 1,
+                    Ok(Recorded::Stale) => summary.stale += 1,
+                    Ok(Recorded::Ignored | Recorded::NotCounting) => summary.ignored += 1,
+                    Err(CoreError::LimitReached { .. }) => summary.dropped_limit += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(Answer::Reported(summary))
+    }
+
+    fn operate(
+        &mut self,
+        key: &BreakerKey,
+        action: &OperatorAction,
+        actor: &str,
+        reason: &str,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        check_len("actor", actor, ID_BYTES_MAX)?;
+        check_max_len("reason", reason, REASON_BYTES_MAX)?;
+        if let OperatorAction::ForceOpen { for_ms: Some(ms) } = action {
+            if *ms == 0 || *ms > FORCE_OPEN_MS_MAX {
+                return Err(CoreError::invalid(
+                    "duration_ms",
+                    format!("must be 1..={FORCE_OPEN_MS_MAX}, got {ms}"),
+                ));
+            }
+        }
+        self.with_breaker(key, now, events, |b| match action {
+            OperatorAction::ForceOpen { for_ms } => {
+                b.force_open(now, actor, reason, for_ms.map(|ms| now.plus_ms(ms)))
+            }
+            OperatorAction::Reset => b.reset(now, actor, reason),
+            OperatorAction::Disable => b.disable(now, actor, reason),
+            OperatorAction::MetricsOnly => b.metrics_only(now, actor, reason),
+        })?;
+        Ok(Answer::Breaker(Box::new(self.view(key))))
+    }
+
+    fn apply_policy(
+        &mut self,
+        ns: &Namespace,
+        document: &PolicyDocument,
+        actor: &str,
+        rolled_back_from: Option<u64>,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        check_len("actor", actor, ID_BYTES_MAX)?;
+        let problems = document.validate();
+        if !problems.is_empty() {
+            return Err(CoreError::InvalidPolicy(problems));
+        }
+        let state = self.touch_namespace(ns)?;
+        let version = state.push_policy(document.clone(), now, actor, rolled_back_from);
+        self.revision += 1;
+        events.push(WatchEvent::Policy {
+            revision: self.revision,
+            namespace: ns.clone(),
+            version,
+        });
+        Ok(Answer::PolicyApplied { version })
+    }
+
+    fn rollback(
+        &mut self,
+        ns: &Namespace,
+        version: u64,
+        actor: &str,
+        reason: &str,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        check_max_len("reason", reason, REASON_BYTES_MAX)?;
+        let document = self
+            .namespaces
+            .get(ns)
+            .and_then(|n| n.version(version))
+            .map(|p| p.document.clone())
+            .ok_or_else(|| CoreError::NotFound {
+                what: "policy version",
+                name: format!("{ns} v{version}"),
+            })?;
+        self.apply_policy(ns, &document, actor, Some(version), now, events)
+    }
+
+    fn kill_switch(
+        &mut self,
+        ns: &Namespace,
+        writes_blocked: bool,
+        actor: &str,
+        reason: &str,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        check_len("actor", actor, ID_BYTES_MAX)?;
+        check_max_len("reason", reason, REASON_BYTES_MAX)?;
+        let state = self.touch_namespace(ns)?;
+        let switch = KillSwitch {
+            writes_blocked,
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+            at: now,
+        };
+        state.kill_switch = Some(switch.clone());
+        self.revision += 1;
+        events.push(WatchEvent::KillSwitch {
+            revision: self.revision,
+            namespace: ns.clone(),
+            writes_blocked,
+        });
+        Ok(Answer::KillSwitch(switch))
+    }
+
+    fn tick(&mut self, now: Timestamp, events: &mut Vec<WatchEvent>) -> Answer {
+        let due: Vec<BreakerKey> = self
+            .breaker_deadlines
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(TICK_TIMERS_MAX)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for key in &due {
+            // Existing breakers only: `with_breaker` cannot fail for them.
+            let _ = self.with_breaker(key, now, events, |b| b.advance(now));
+        }
+        let budget = TICK_TIMERS_MAX.saturating_sub(due.len());
+        let ledger = self.ledger.tick(now, budget);
+        let timers = u32::try_from(due.len() + ledger).unwrap_or(u32::MAX);
+        Answer::Ticked { timers }
+    }
+
+    /// Rebuilds nothing: the derived indexes are part of the snapshot. Kept
+    /// for symmetry with stores that must rebuild after restore.
+    pub(crate) fn check_invariants(&self) -> Result<(), CoreError> {
+        let mut counts: BTreeMap<&Namespace, usize> = BTreeMap::new();
+        for key in self.breakers.keys() {
+            *counts.entry(&key.namespace).or_default() += 1;
+        }
+        let same = counts.len() == self.breakers_per_namespace.len()
+            && counts
+                .iter()
+                .all(|(ns, n)| self.breakers_per_namespace.get(*ns) == Some(n));
+        if !same {
+            return Err(CoreError::Snapshot(
+                "breaker counts disagree with breakers".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn min_server() -> ServerName {
+    // "!" is the smallest printable ASCII character a name may hold.
+    ServerName::new("!").unwrap_or_else(|_| unreachable!("\"!\" is a valid name"))
+}
+
+fn tool_key(ns: &Namespace, o: &OutcomeReport, policy: &ToolPolicy) -> BreakerKey {
+    let key = BreakerKey::tool(ns.clone(), o.server.clone(), o.tool.clone());
+    match policy.scope {
+        Scope::ToolAndBackend => key.with_backend(o.backend.clone()),
+        Scope::Tool => key,
+    }
+}
+
+fn breaker_policy_in(document: &PolicyDocument, key: &BreakerKey) -> BreakerPolicy {
+    match &key.tool {
+        Some(tool) => document.tool_policy(&key.server, tool).breaker,
+        None => document.server_breaker(&key.server),
+    }
+}
+
+fn verdict_for(key: &BreakerKey, class: OutcomeClass, policy: &BreakerPolicy) -> crate::Verdict {
+    if key.is_server() {
+        class.server_verdict()
+    } else {
+        class.verdict(policy.rate_limited_is_failure)
+    }
+}

@@ -1,0 +1,521 @@
+//! Scenario tests for the idempotency ledger, driven through the state
+//! machine exactly as the log would drive it.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use fusebox_core::ledger::{
+    AmbiguityCause, BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion,
+    Decision, ListFilter, ResolveAnswer, ResolveRequest, Status,
+};
+use fusebox_core::machine::{Answer, Command, StateMachine};
+use fusebox_core::policy::EffectClass;
+use fusebox_core::{Namespace, Timestamp, ToolName};
+
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+fn ns() -> Namespace {
+    Namespace::new("ops").unwrap()
+}
+
+fn begin_req(key: &str, attempt: &str, effect: EffectClass) -> BeginRequest {
+    BeginRequest {
+        key: key.into(),
+        fingerprint: "fp-1".into(),
+        intent_id: "intent-1".into(),
+        tool: ToolName::new("restart_deployment_job").unwrap(),
+        target: "job-42".into(),
+        effect,
+        attempt: attempt.into(),
+        lease_ms: 10_000,
+    }
+}
+
+fn begin(sm: &mut StateMachine, req: BeginRequest, at: u64) -> BeginAnswer {
+    let cmd = Command::Begin {
+        namespace: ns(),
+        request: req,
+    };
+    match sm.apply(&cmd, Timestamp(at)).answer {
+        Answer::Begin(a) => a,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+fn complete(
+    sm: &mut StateMachine,
+    key: &str,
+    attempt: &str,
+    c: Completion,
+    at: u64,
+) -> CompleteAnswer {
+    let request = CompleteRequest {
+        key: key.into(),
+        attempt: attempt.into(),
+        completion: c,
+    };
+    let cmd = Command::Complete {
+        namespace: ns(),
+        request,
+    };
+    match sm.apply(&cmd, Timestamp(at)).answer {
+        Answer::Complete(a) => a,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+fn resolve(sm: &mut StateMachine, key: &str, decision: Decision, at: u64) -> ResolveAnswer {
+    let request = ResolveRequest {
+        key: key.into(),
+        decision,
+        actor: "alice".into(),
+        note: "checked the deployment api".into(),
+    };
+    let cmd = Command::Resolve {
+        namespace: ns(),
+        request,
+    };
+    match sm.apply(&cmd, Timestamp(at)).answer {
+        Answer::Resolve(a) => a,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+fn succeeded(op: &str) -> Completion {
+    Completion::Succeeded {
+        operation_id: op.into(),
+        result: b"{\"accepted\":true}".to_vec(),
+    }
+}
+
+fn status(sm: &StateMachine, key: &str, at: u64) -> Status {
+    sm.ledger()
+        .lookup(&ns(), key, Timestamp(at))
+        .unwrap()
+        .status
+}
+
+#[test]
+fn begin_answers_started_then_in_progress_to_another_attempt() {
+    let mut sm = StateMachine::new();
+    let a = begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        0,
+    );
+    assert_eq!(
+        a,
+        BeginAnswer::Started {
+            attempt: "a1".into(),
+            takeover: false
+        }
+    );
+    let b = begin(
+        &mut sm,
+        begin_req("k", "a2", EffectClass::NonIdempotentWrite),
+        1,
+    );
+    assert_eq!(
+        b,
+        BeginAnswer::InProgress {
+            attempt: "a1".into(),
+            lease_until: Timestamp(10_000)
+        }
+    );
+}
+
+#[test]
+fn a_completed_key_replays_its_stored_result() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::IdempotentWrite),
+        0,
+    );
+    let done = complete(&mut sm, "k", "a1", succeeded("op-7"), 5);
+    assert!(matches!(done, CompleteAnswer::Recorded { .. }));
+    let again = complete(&mut sm, "k", "a1", succeeded("op-7"), 6);
+    assert!(
+        matches!(again, CompleteAnswer::AlreadyRecorded { .. }),
+        "retried complete is idempotent"
+    );
+    match begin(
+        &mut sm,
+        begin_req("k", "a2", EffectClass::IdempotentWrite),
+        7,
+    ) {
+        BeginAnswer::Completed { record } => {
+            assert_eq!(record.operation_id.as_deref(), Some("op-7"));
+            assert_eq!(record.result.as_deref(), Some(&b"{\"accepted\":true}"[..]));
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    }
+}
+
+#[test]
+fn same_key_with_another_fingerprint_is_a_mismatch() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::IdempotentWrite),
+        0,
+    );
+    let mut other = begin_req("k", "a2", EffectClass::IdempotentWrite);
+    other.fingerprint = "fp-2".into();
+    assert_eq!(
+        begin(&mut sm, other, 1),
+        BeginAnswer::Mismatch {
+            stored_fingerprint: "fp-1".into()
+        }
+    );
+}
+
+#[test]
+fn failed_before_execution_releases_the_key() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        0,
+    );
+    let reason = "connection refused".to_string();
+    complete(
+        &mut sm,
+        "k",
+        "a1",
+        Completion::FailedBeforeExecution { reason },
+        1,
+    );
+    assert_eq!(status(&sm, "k", 1), Status::Released);
+    let again = begin(
+        &mut sm,
+        begin_req("k", "a2", EffectClass::NonIdempotentWrite),
+        2,
+    );
+    assert_eq!(
+        again,
+        BeginAnswer::Started {
+            attempt: "a2".into(),
+            takeover: false
+        }
+    );
+    assert_eq!(sm.ledger().get(&ns(), "k").unwrap().attempts, 2);
+}
+
+#[test]
+fn a_definitive_failure_is_replayed_not_retried() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        0,
+    );
+    complete(
+        &mut sm,
+        "k",
+        "a1",
+        Completion::Failed {
+            reason: "job not restartable".into(),
+        },
+        1,
+    );
+    match begin(
+        &mut sm,
+        begin_req("k", "a2", EffectClass::NonIdempotentWrite),
+        2,
+    ) {
+        BeginAnswer::Completed { record } => assert_eq!(record.status, Status::Failed),
+        other => panic!("expected replay of the failure, got {other:?}"),
+    }
+}
+
+/// Runbook case `write_response_lost_after_accept`: no automatic retry, the
+/// key is ambiguous, it can be looked up and resolved, no duplicate.
+#[test]
+fn write_response_lost_after_accept_is_ambiguous_until_resolved() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        0,
+    );
+    let lost = Completion::Ambiguous {
+        reason: "timeout after request sent".into(),
+    };
+    complete(&mut sm, "k", "a1", lost, 7_000);
+    let retry = begin(
+        &mut sm,
+        begin_req("k", "a2", EffectClass::NonIdempotentWrite),
+        8_000,
+    );
+    assert!(
+        matches!(retry, BeginAnswer::Ambiguous { .. }),
+        "never a second started"
+    );
+    let filter = ListFilter {
+        status: Some(Status::Ambiguous),
+        limit: 10,
+        ..Default::default()
+    };
+    let page = sm.ledger().list(&ns(), &filter, Timestamp(8_000));
+    assert_eq!(page.records.len(), 1);
+    let done = Decision::Done {
+        operation_id: "op-99".into(),
+    };
+    let resolved = resolve(&mut sm, "k", done, 9_000);
+    let ResolveAnswer::Resolved { record } = resolved else {
+        panic!("not resolved")
+    };
+    assert_eq!(record.status, Status::Succeeded);
+    assert_eq!(record.resolution.as_ref().unwrap().actor, "alice");
+    let filter = ListFilter {
+        operation_id: Some("op-99".into()),
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(
+        sm.ledger()
+            .list(&ns(), &filter, Timestamp(9_000))
+            .records
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_lapsed_lease_makes_a_non_idempotent_write_ambiguous_never_free() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        0,
+    );
+    sm.apply(&Command::Tick, Timestamp(10_000));
+    let record = sm.ledger().get(&ns(), "k").unwrap().clone();
+    assert_eq!(record.status, Status::Ambiguous);
+    assert_eq!(record.ambiguity, Some(AmbiguityCause::LeaseExpired));
+    let retry = begin(
+        &mut sm,
+        begin_req("k", "a2", EffectClass::NonIdempotentWrite),
+        11_000,
+    );
+    assert!(matches!(retry, BeginAnswer::Ambiguous { .. }));
+}
+
+#[test]
+fn the_holders_late_definitive_answer_settles_a_lease_ambiguity() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        0,
+    );
+    let late = complete(&mut sm, "k", "a1", succeeded("op-1"), 12_000);
+    assert!(matches!(late, CompleteAnswer::Recorded { .. }));
+    assert_eq!(status(&sm, "k", 12_000), Status::Succeeded);
+}
+
+#[test]
+fn a_lapsed_lease_on_an_idempotent_write_may_be_taken_over() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::IdempotentWrite),
+        0,
+    );
+    let b = begin(
+        &mut sm,
+        begin_req("k", "a2", EffectClass::IdempotentWrite),
+        10_000,
+    );
+    assert_eq!(
+        b,
+        BeginAnswer::Started {
+            attempt: "a2".into(),
+            takeover: true
+        }
+    );
+    let stale = complete(&mut sm, "k", "a1", succeeded("op-1"), 10_001);
+    assert!(
+        matches!(stale, CompleteAnswer::Conflict { .. }),
+        "the old holder no longer owns it"
+    );
+}
+
+#[test]
+fn resolve_not_done_releases_and_abandoned_is_final() {
+    let mut sm = StateMachine::new();
+    for key in ["k1", "k2"] {
+        begin(
+            &mut sm,
+            begin_req(key, "a1", EffectClass::NonIdempotentWrite),
+            0,
+        );
+        complete(
+            &mut sm,
+            key,
+            "a1",
+            Completion::Ambiguous {
+                reason: "lost".into(),
+            },
+            1,
+        );
+    }
+    resolve(&mut sm, "k1", Decision::NotDone, 2);
+    let again = begin(
+        &mut sm,
+        begin_req("k1", "a2", EffectClass::NonIdempotentWrite),
+        3,
+    );
+    assert!(matches!(again, BeginAnswer::Started { .. }));
+    resolve(&mut sm, "k2", Decision::Abandoned, 2);
+    assert!(matches!(
+        begin(
+            &mut sm,
+            begin_req("k2", "a2", EffectClass::NonIdempotentWrite),
+            3
+        ),
+        BeginAnswer::Completed { .. }
+    ));
+    assert!(matches!(
+        resolve(&mut sm, "k2", Decision::NotDone, 4),
+        ResolveAnswer::NotAmbiguous { .. }
+    ));
+}
+
+#[test]
+fn retention_purges_final_records_but_never_ambiguous_or_in_progress() {
+    let mut sm = StateMachine::new();
+    begin(
+        &mut sm,
+        begin_req("done", "a", EffectClass::IdempotentWrite),
+        0,
+    );
+    complete(&mut sm, "done", "a", succeeded("op"), 1);
+    begin(
+        &mut sm,
+        begin_req("lost", "a", EffectClass::NonIdempotentWrite),
+        0,
+    );
+    complete(
+        &mut sm,
+        "lost",
+        "a",
+        Completion::Ambiguous {
+            reason: "lost".into(),
+        },
+        1,
+    );
+    begin(
+        &mut sm,
+        begin_req("held", "a", EffectClass::IdempotentWrite),
+        0,
+    );
+    sm.apply(&Command::Tick, Timestamp(DAY_MS));
+    assert!(
+        sm.ledger().get(&ns(), "done").is_some(),
+        "kept until the period ends"
+    );
+    sm.apply(&Command::Tick, Timestamp(DAY_MS + 2));
+    assert!(
+        sm.ledger().get(&ns(), "done").is_none(),
+        "purged after 24 h"
+    );
+    sm.apply(&Command::Tick, Timestamp(400 * DAY_MS));
+    assert!(sm.ledger().get(&ns(), "lost").is_some());
+    assert!(sm.ledger().get(&ns(), "held").is_some());
+}
+
+#[test]
+fn list_filters_by_intent_tool_and_status_with_pagination() {
+    let mut sm = StateMachine::new();
+    for i in 0..25 {
+        let mut req = begin_req(&format!("k{i:02}"), "a", EffectClass::IdempotentWrite);
+        req.intent_id = format!("intent-{}", i % 2);
+        begin(&mut sm, req, 0);
+    }
+    let mut filter = ListFilter {
+        intent_id: Some("intent-0".into()),
+        limit: 5,
+        ..Default::default()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let page = sm.ledger().list(&ns(), &filter, Timestamp(1));
+        seen.extend(page.records.iter().map(|r| r.key.clone()));
+        match page.next_after_key {
+            Some(k) => filter.after_key = Some(k),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 13);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "ordered by key, no repeats"
+    );
+    let by_tool = ListFilter {
+        tool: Some(ToolName::new("restart_deployment_job").unwrap()),
+        status: Some(Status::InProgress),
+        limit: 100,
+        ..Default::default()
+    };
+    assert_eq!(
+        sm.ledger()
+            .list(&ns(), &by_tool, Timestamp(1))
+            .records
+            .len(),
+        25
+    );
+}
+
+#[test]
+fn oversized_input_is_refused_without_touching_state() {
+    let mut sm = StateMachine::new();
+    let before = sm.digest().unwrap();
+    let mut req = begin_req(&"k".repeat(300), "a", EffectClass::IdempotentWrite);
+    let cmd = Command::Begin {
+        namespace: ns(),
+        request: req.clone(),
+    };
+    assert!(matches!(
+        sm.apply(&cmd, Timestamp(0)).answer,
+        Answer::Rejected(_)
+    ));
+    req.key = "k".into();
+    req.lease_ms = 0;
+    let cmd = Command::Begin {
+        namespace: ns(),
+        request: req,
+    };
+    assert!(matches!(
+        sm.apply(&cmd, Timestamp(0)).answer,
+        Answer::Rejected(_)
+    ));
+    assert_eq!(
+        before,
+        sm.digest().unwrap(),
+        "a refused command changes nothing"
+    );
+    begin(
+        &mut sm,
+        begin_req("k", "a", EffectClass::IdempotentWrite),
+        0,
+    );
+    let huge = Completion::Succeeded {
+        operation_id: "op".into(),
+        result: vec![0; 20_000],
+    };
+    let request = CompleteRequest {
+        key: "k".into(),
+        attempt: "a".into(),
+        completion: huge,
+    };
+    let cmd = Command::Complete {
+        namespace: ns(),
+        request,
+    };
+    assert!(matches!(
+        sm.apply(&cmd, Timestamp(1)).answer,
+        Answer::Rejected(_)
+    ));
+    assert_eq!(status(&sm, "k", 1), Status::InProgress);
+}
