@@ -4,16 +4,18 @@
 //! every replica, so an error is an answer to return to the caller, never a
 //! reason to stop a node. (IO errors live in the server crate.)
 
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use thiserror::Error;
 
 /// Why the core refused an input.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum CoreError {
     /// A field is empty, too long or holds characters it may not.
     #[error("invalid {field}: {reason}")]
     InvalidField {
         /// The field's name as the API spells it.
-        field: &'static str,
+        field: Cow<'static, str>,
         /// The rule it broke.
         reason: String,
     },
@@ -21,7 +23,7 @@ pub enum CoreError {
     #[error("limit reached: at most {max} {what}")]
     LimitReached {
         /// What is counted, in plural ("breakers in namespace").
-        what: &'static str,
+        what: Cow<'static, str>,
         /// The bound.
         max: usize,
     },
@@ -32,7 +34,7 @@ pub enum CoreError {
     #[error("{what} not found: {name}")]
     NotFound {
         /// What was looked up ("namespace", "policy version").
-        what: &'static str,
+        what: Cow<'static, str>,
         /// The name or id given.
         name: String,
     },
@@ -45,8 +47,24 @@ impl CoreError {
     /// Shorthand for [`CoreError::InvalidField`].
     pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         CoreError::InvalidField {
-            field,
+            field: Cow::Borrowed(field),
             reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`CoreError::LimitReached`].
+    pub fn limit(what: &'static str, max: usize) -> Self {
+        CoreError::LimitReached {
+            what: Cow::Borrowed(what),
+            max,
+        }
+    }
+
+    /// Shorthand for [`CoreError::NotFound`].
+    pub fn not_found(what: &'static str, name: impl Into<String>) -> Self {
+        CoreError::NotFound {
+            what: Cow::Borrowed(what),
+            name: name.into(),
         }
     }
 }

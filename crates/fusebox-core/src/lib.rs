@@ -16,8 +16,9 @@
 //! - **Fencing.** Every breaker change bumps its generation; generations only
 //!   grow, and reports or probe results carrying a stale generation are
 //!   ignored.
-//! - **Probes.** Live probe permits on a half-open breaker never exceed the
-//!   policy's `concurrent_probes`, fleet-wide.
+//! - **Probes.** A probe permit is granted only while fewer than the policy's
+//!   `concurrent_probes` are out, fleet-wide. Lowering the bound revokes
+//!   nothing (holders are mid-call); it stops grants until the count is below.
 //! - **At most one started.** A ledger key answers `started` to a second
 //!   attempt only after an explicit release (a failure before execution, an
 //!   operator's "not done") or, for idempotent writes only, a lease expiry. A

@@ -38,7 +38,8 @@ pub enum Recorded {
 }
 
 /// The answer to a probe request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ProbeAnswer {
     /// The caller holds permit `permit_id` until `expires`; only it may call.
     Granted {
@@ -64,7 +65,8 @@ pub enum ProbeAnswer {
 }
 
 /// What became of a returned probe permit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ProbeResult {
     /// The success counted; more are needed to close.
     Counted,

@@ -8,8 +8,9 @@
 //! Invariants:
 //! - every change bumps the generation, which only grows; reports and probe
 //!   results carrying another generation are ignored;
-//! - a half-open breaker never has more live probe permits than the policy's
-//!   `concurrent_probes`; a permit is a lease that lapses if its holder dies;
+//! - a permit is granted only while fewer than the policy's
+//!   `concurrent_probes` are out (lowering the bound revokes nothing); a
+//!   permit is a lease that lapses if its holder dies;
 //! - with `min_reporters = n`, failures from fewer than `n` distinct replicas
 //!   never open a breaker;
 //! - every transition is audited with its evidence (bounded per breaker).

@@ -7,9 +7,11 @@
 use super::record::{AmbiguityCause, Decision, Record, Resolution, Status};
 use super::request::{BeginRequest, CompleteRequest, Completion, ResolveRequest};
 use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
 
 /// The one answer `begin` gives.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BeginAnswer {
     /// The caller owns the key: make the call, then `complete`.
     Started {
@@ -43,7 +45,8 @@ pub enum BeginAnswer {
 }
 
 /// The answer to `complete`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CompleteAnswer {
     /// The completion was recorded.
     Recorded {
@@ -66,7 +69,8 @@ pub enum CompleteAnswer {
 }
 
 /// The answer to `resolve`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ResolveAnswer {
     /// The resolution was applied.
     Resolved {
@@ -156,7 +160,16 @@ pub fn begin(
     match record.status {
         Status::Released => (Some(restart(record, req, now)), started(false)),
         Status::InProgress if record.attempt == req.attempt => {
-            // A retried `begin` from the holder itself: same answer again.
+            // A retried `begin` from the holder itself: same answer again,
+            // with its lease renewed if it had lapsed (idempotent writes
+            // only; a lapsed non-idempotent lease is already ambiguous).
+            let lapsed = record.lease_until.is_none_or(|until| now >= until);
+            if lapsed {
+                let mut renewed = record;
+                renewed.lease_until = Some(now.plus_ms(req.lease_ms));
+                renewed.updated_at = now;
+                return (Some(renewed), started(false));
+            }
             (changed, started(false))
         }
         Status::InProgress => match record.lease_until {

@@ -187,10 +187,10 @@ impl Ledger {
         req.validate()?;
         let existing = self.get(ns, &req.key).cloned();
         if existing.is_none() && self.len(ns) >= LEDGER_RECORDS_PER_NAMESPACE_MAX {
-            return Err(CoreError::LimitReached {
-                what: "ledger records in namespace",
-                max: LEDGER_RECORDS_PER_NAMESPACE_MAX,
-            });
+            return Err(CoreError::limit(
+                "ledger records in namespace",
+                LEDGER_RECORDS_PER_NAMESPACE_MAX,
+            ));
         }
         let (changed, answer) = rules::begin(existing, req, now);
         if let Some(record) = changed {

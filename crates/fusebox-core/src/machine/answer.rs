@@ -22,7 +22,7 @@ pub struct ReportSummary {
 }
 
 /// The typed answer to one command.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Answer {
     /// To `ReportOutcomes`.
     Reported(ReportSummary),
@@ -106,7 +106,7 @@ impl WatchEvent {
 }
 
 /// The result of applying one command.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Applied {
     /// The answer for the caller.
     pub answer: Answer,

@@ -186,10 +186,7 @@ impl StateMachine {
     /// Creates the namespace on first use, within [`NAMESPACES_MAX`].
     fn touch_namespace(&mut self, ns: &Namespace) -> Result<&mut NamespaceState, CoreError> {
         if !self.namespaces.contains_key(ns) && self.namespaces.len() >= NAMESPACES_MAX {
-            return Err(CoreError::LimitReached {
-                what: "namespaces",
-                max: NAMESPACES_MAX,
-            });
+            return Err(CoreError::limit("namespaces", NAMESPACES_MAX));
         }
         Ok(self.namespaces.entry(ns.clone()).or_default())
     }
@@ -215,10 +212,10 @@ impl StateMachine {
                     .entry(key.namespace.clone())
                     .or_default();
                 if *count >= BREAKERS_PER_NAMESPACE_MAX {
-                    return Err(CoreError::LimitReached {
-                        what: "breakers in namespace",
-                        max: BREAKERS_PER_NAMESPACE_MAX,
-                    });
+                    return Err(CoreError::limit(
+                        "breakers in namespace",
+                        BREAKERS_PER_NAMESPACE_MAX,
+                    ));
                 }
                 *count += 1;
                 Breaker::new()
@@ -375,10 +372,7 @@ impl StateMachine {
             .get(ns)
             .and_then(|n| n.version(version))
             .map(|p| p.document.clone())
-            .ok_or_else(|| CoreError::NotFound {
-                what: "policy version",
-                name: format!("{ns} v{version}"),
-            })?;
+            .ok_or_else(|| CoreError::not_found("policy version", format!("{ns} v{version}")))?;
         self.apply_policy(ns, &document, actor, Some(version), now, events)
     }
 
