@@ -1,0 +1,95 @@
+//! The log flusher: a dedicated thread that fsyncs the WAL and only then
+//! tells openraft an append is durable.
+//!
+//! `append` writes its batch without syncing (so the entries are readable at
+//! once) and queues its completion callback here. The thread takes every
+//! callback queued so far, syncs the WAL once (`flush_wal(true)`), and calls
+//! them all, in order: group commit, one fsync for many appends. A callback
+//! is queued only after its batch was written, so the sync it waits for
+//! covers that batch.
+//!
+//! The queue holds at most [`FLUSH_QUEUE_MAX`] callbacks; a full queue makes
+//! the (blocking-pool) append wait, which slows openraft down rather than
+//! growing memory. Dropping the [`Flusher`] closes the queue; the thread
+//! flushes what is left, completes it, and is joined, so the database is
+//! closed when the last handle goes.
+
+use crate::types::TypeConfig;
+use openraft::storage::IOFlushed;
+use rocksdb::DB;
+use std::io;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Callbacks waiting for an fsync, at most.
+pub(crate) const FLUSH_QUEUE_MAX: usize = 1024;
+
+/// A handle on the flusher thread; dropping it stops and joins the thread.
+pub(crate) struct Flusher {
+    queue: Option<SyncSender<IOFlushed<TypeConfig>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    /// Starts the thread.
+    pub(crate) fn start(db: Arc<DB>) -> io::Result<Flusher> {
+        let (queue, pending) = sync_channel(FLUSH_QUEUE_MAX);
+        let thread = std::thread::Builder::new()
+            .name("raft-log-flush".into())
+            .spawn(move || run(&db, &pending))?;
+        Ok(Flusher {
+            queue: Some(queue),
+            thread: Some(thread),
+        })
+    }
+
+    /// A sender for the queue, to move into a blocking task.
+    pub(crate) fn queue(&self) -> io::Result<SyncSender<IOFlushed<TypeConfig>>> {
+        self.queue
+            .clone()
+            .ok_or_else(|| io::Error::other("log flusher stopped"))
+    }
+}
+
+/// Queues `callback` for the next WAL sync; blocks while the queue is full.
+/// Call it from a blocking thread, after the batch was written.
+pub(crate) fn enqueue(
+    queue: &SyncSender<IOFlushed<TypeConfig>>,
+    callback: IOFlushed<TypeConfig>,
+) -> io::Result<()> {
+    queue.send(callback).map_err(|returned| {
+        let err = || io::Error::other("log flusher stopped before the append was synced");
+        returned.0.io_completed(Err(err()));
+        err()
+    })
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("raft log flusher thread panicked");
+            }
+        }
+    }
+}
+
+fn run(db: &DB, pending: &Receiver<IOFlushed<TypeConfig>>) {
+    while let Ok(first) = pending.recv() {
+        let mut callbacks = vec![first];
+        callbacks.extend(pending.try_iter().take(FLUSH_QUEUE_MAX));
+        let synced = db.flush_wal(true).map_err(|e| e.to_string());
+        if let Err(e) = &synced {
+            tracing::error!(error = %e, "raft log fsync failed");
+        }
+        for callback in callbacks {
+            let result = synced
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| io::Error::other(format!("rocksdb wal fsync: {e}")));
+            callback.io_completed(result);
+        }
+    }
+}

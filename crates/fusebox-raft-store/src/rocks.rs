@@ -1,0 +1,72 @@
+//! The one RocksDB instance both stores share, and how we call it.
+//!
+//! One database holds every column family, so one write-ahead log orders
+//! every write: a vote, an append, a truncation and a snapshot reach disk in
+//! the order they were made, and one fsync of the WAL covers all writes made
+//! before it.
+//!
+//! RocksDB calls block (disk reads, fsync), so they run on tokio's blocking
+//! pool through [`blocking`], never on a runtime worker thread.
+
+use crate::error::StoreError;
+use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, DB};
+use std::io;
+use std::path::Path;
+
+/// Log entries: key = index (8 bytes, big-endian), value = the encoded entry.
+pub(crate) const CF_LOGS: &str = "logs";
+/// Log metadata: the vote, the committed log id, the last purged log id.
+pub(crate) const CF_META: &str = "meta";
+/// The latest persisted snapshot: its metadata and its bytes, under two keys
+/// written in one batch.
+pub(crate) const CF_SNAPSHOT: &str = "snapshot";
+
+/// Every column family the store needs; all are created on first open.
+const COLUMN_FAMILIES: [&str; 3] = [CF_LOGS, CF_META, CF_SNAPSHOT];
+
+/// Opens (creating if missing) the database with all column families.
+pub(crate) fn open_db(dir: &Path) -> Result<DB, StoreError> {
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut options = Options::default();
+    options.create_if_missing(true);
+    options.create_missing_column_families(true);
+    options.set_compression_type(DBCompressionType::Lz4);
+    let families = COLUMN_FAMILIES.map(|name| {
+        let mut cf_options = Options::default();
+        cf_options.set_compression_type(DBCompressionType::Lz4);
+        ColumnFamilyDescriptor::new(name, cf_options)
+    });
+    DB::open_cf_descriptors(&options, dir, families).map_err(|source| StoreError::Open {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// A column family's handle; [`open_db`] creates them all, so a missing
+/// one means the database was opened some other way.
+pub(crate) fn cf<'a>(db: &'a DB, name: &str) -> io::Result<&'a ColumnFamily> {
+    db.cf_handle(name)
+        .ok_or_else(|| io::Error::other(format!("column family `{name}` missing")))
+}
+
+/// Wraps a RocksDB error with what we were doing.
+pub(crate) fn db_error(doing: &str, e: rocksdb::Error) -> io::Error {
+    io::Error::other(format!("rocksdb {doing}: {e}"))
+}
+
+/// Runs blocking storage work on tokio's blocking thread pool.
+///
+/// Not `TypeConfig::spawn_blocking`: openraft's default spawns a new OS
+/// thread per call.
+pub(crate) async fn blocking<T, F>(f: F) -> io::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> io::Result<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| io::Error::other(format!("storage task failed: {e}")))?
+}

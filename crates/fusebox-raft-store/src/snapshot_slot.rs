@@ -1,0 +1,102 @@
+//! The one persisted snapshot, in the `snapshot` column family.
+//!
+//! Two keys, `meta` (the encoded [`SnapshotMeta`]) and `data` (the core's
+//! snapshot bytes, as is), are always written together in one `WriteBatch`
+//! with `sync = true`: the pair is replaced atomically and is on disk before
+//! the call returns. RocksDB's block checksums guard the bytes at rest; the
+//! core's `StateMachine::restore` refuses anything it did not write.
+//!
+//! A snapshot built from the live state may finish after a newer snapshot was
+//! installed (building runs concurrently with the state machine worker), so a
+//! built snapshot is saved only if it is not older than the one on disk
+//! ([`Save::IfNotOlder`]); an installed one always replaces it
+//! ([`Save::Always`]). A mutex orders the compare and the write.
+//!
+//! Everything here blocks; call it from the blocking pool.
+
+use crate::codec::{corrupt, decode, encode};
+use crate::rocks::{cf, db_error, CF_SNAPSHOT};
+use crate::types::{snapshot_data, Snapshot, SnapshotMeta};
+use rocksdb::{WriteBatch, WriteOptions, DB};
+use std::io;
+use std::sync::{Arc, Mutex};
+
+const KEY_META: &str = "meta";
+const KEY_DATA: &str = "data";
+
+/// When a snapshot may replace the persisted one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Save {
+    /// Always: an installed snapshot replaces the state wholesale.
+    Always,
+    /// Only if it covers at least as much of the log as the persisted one.
+    IfNotOlder,
+}
+
+/// Reads and writes the persisted snapshot.
+pub(crate) struct SnapshotSlot {
+    db: Arc<DB>,
+    writing: Mutex<()>,
+}
+
+impl SnapshotSlot {
+    pub(crate) fn new(db: Arc<DB>) -> SnapshotSlot {
+        SnapshotSlot {
+            db,
+            writing: Mutex::new(()),
+        }
+    }
+
+    /// The persisted snapshot, if any.
+    pub(crate) fn load(&self) -> io::Result<Option<Snapshot>> {
+        let Some(meta) = self.load_meta()? else {
+            return Ok(None);
+        };
+        let family = cf(&self.db, CF_SNAPSHOT)?;
+        let data = self
+            .db
+            .get_cf(family, KEY_DATA)
+            .map_err(|e| db_error("read snapshot data", e))?
+            .ok_or_else(|| corrupt(format_args!("snapshot {meta} has metadata but no data")))?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: snapshot_data(data),
+        }))
+    }
+
+    fn load_meta(&self) -> io::Result<Option<SnapshotMeta>> {
+        let family = cf(&self.db, CF_SNAPSHOT)?;
+        let bytes = self
+            .db
+            .get_pinned_cf(family, KEY_META)
+            .map_err(|e| db_error("read snapshot meta", e))?;
+        bytes.map(|b| decode("snapshot meta", &b)).transpose()
+    }
+
+    /// Persists a snapshot durably; returns whether it was written.
+    pub(crate) fn save(&self, meta: &SnapshotMeta, data: &[u8], when: Save) -> io::Result<bool> {
+        let _writing = self
+            .writing
+            .lock()
+            .map_err(|_| io::Error::other("snapshot writer lock poisoned"))?;
+        if when == Save::IfNotOlder {
+            if let Some(current) = self.load_meta()? {
+                if current.last_log_id > meta.last_log_id {
+                    tracing::debug!(%current, built = %meta, "a newer snapshot is persisted, keeping it");
+                    return Ok(false);
+                }
+            }
+        }
+        let family = cf(&self.db, CF_SNAPSHOT)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(family, KEY_META, encode("snapshot meta", meta)?);
+        batch.put_cf(family, KEY_DATA, data);
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        self.db
+            .write_opt(batch, &options)
+            .map_err(|e| db_error("write snapshot", e))?;
+        tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot persisted");
+        Ok(true)
+    }
+}

@@ -1,0 +1,95 @@
+//! The openraft type configuration: what a log entry carries and what
+//! applying it answers.
+
+use fusebox_core::machine::{Applied, Command};
+use fusebox_core::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One log entry's payload: a command stamped with the leader's clock.
+///
+/// The leader stamps the time when it proposes; the state machine uses the
+/// stamp as "now" and never reads a clock, so every replica applies the
+/// entry identically.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The leader's wall clock when it proposed the entry, in Unix ms.
+    pub at_ms: u64,
+    /// The command to apply.
+    pub command: Command,
+}
+
+impl Request {
+    /// The entry's time as the core sees it.
+    pub fn at(&self) -> Timestamp {
+        Timestamp::from_millis(self.at_ms)
+    }
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.command {
+            Command::ReportOutcomes { outcomes, .. } => {
+                return write!(f, "report_outcomes({}) at {}", outcomes.len(), self.at_ms)
+            }
+            Command::AcquireProbe { .. } => "acquire_probe",
+            Command::ReleaseProbe { .. } => "release_probe",
+            Command::Operate { .. } => "operate",
+            Command::Begin { .. } => "ledger_begin",
+            Command::Complete { .. } => "ledger_complete",
+            Command::Resolve { .. } => "ledger_resolve",
+            Command::ApplyPolicy { .. } => "apply_policy",
+            Command::RollbackPolicy { .. } => "rollback_policy",
+            Command::SetKillSwitch { .. } => "set_kill_switch",
+            Command::Tick => "tick",
+        };
+        write!(f, "{kind} at {}", self.at_ms)
+    }
+}
+
+/// What applying an entry answers: the core's result for normal entries,
+/// nothing for blank and membership entries.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// The answer and watch events of a normal entry.
+    pub applied: Option<Applied>,
+}
+
+openraft::declare_raft_types!(
+    /// Fusebox's Raft types: node ids are `u64`, nodes carry their address.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+);
+
+/// A node's identity in the cluster.
+pub type NodeId = u64;
+/// A node's address, as openraft stores it in the membership.
+pub type Node = openraft::impls::BasicNode;
+
+/// A snapshot's bytes as openraft moves them between the state machine, the
+/// builder and the network (the core's snapshot encoding).
+pub type SnapshotData = std::io::Cursor<Vec<u8>>;
+
+/// The encoded snapshot inside [`SnapshotData`].
+pub fn snapshot_bytes(data: &SnapshotData) -> &[u8] {
+    data.get_ref()
+}
+
+/// Wraps received bytes as [`SnapshotData`].
+pub fn snapshot_data(bytes: Vec<u8>) -> SnapshotData {
+    std::io::Cursor::new(bytes)
+}
+
+/// A log position: the term and leader that wrote it, and its index.
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+/// A node's vote (the term and candidate it granted, and whether committed).
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+/// One Raft log entry.
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+/// The membership config and the log id that introduced it.
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+/// What a snapshot covers: its last log id and membership.
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+/// A snapshot's metadata together with its bytes.
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotData>;

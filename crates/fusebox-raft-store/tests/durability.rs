@@ -1,0 +1,263 @@
+#![allow(clippy::unwrap_used)]
+//! What survives a reopen of the database, and what a corrupt disk does:
+//! an error, never a panic.
+
+mod support;
+
+use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_raft_store::{open, snapshot_data, ApplyObserver, StateStore, StoreError, Vote};
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::{RaftLogReader, RaftSnapshotBuilder};
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use support::{append, apply, blank, digest, kill_switch, log_id, membership, normal};
+use tempfile::TempDir;
+
+/// Overwrites one value behind the store's back, as a bad disk would.
+fn scribble(dir: &Path, family: &str, key: &[u8], value: &[u8]) {
+    let db = rocksdb::DB::open_cf(
+        &rocksdb::Options::default(),
+        dir,
+        ["logs", "meta", "snapshot"],
+    )
+    .unwrap();
+    db.put_cf(db.cf_handle(family).unwrap(), key, value)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn log_vote_and_committed_survive_reopen() {
+    let dir = TempDir::new().unwrap();
+    let entries = vec![
+        membership(1, 1, &[1]),
+        blank(2, 2),
+        normal(2, 3, kill_switch(true)),
+    ];
+    {
+        let (mut log, _state) = open(dir.path()).unwrap();
+        log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+        append(&mut log, entries.clone()).await;
+        log.save_committed(Some(log_id(2, 3))).await.unwrap();
+    }
+
+    let (mut log, _state) = open(dir.path()).unwrap();
+    let mut reader = log.get_log_reader().await;
+    assert_eq!(
+        reader.read_vote().await.unwrap(),
+        Some(Vote::new_committed(2, 1))
+    );
+    assert_eq!(reader.try_get_log_entries(1..4).await.unwrap(), entries);
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(2, 3)));
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, Some(log_id(2, 3)));
+    assert_eq!(state.last_purged_log_id, None);
+}
+
+#[tokio::test]
+async fn truncate_and_purge_survive_reopen() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (mut log, _state) = open(dir.path()).unwrap();
+        append(&mut log, (1..=6).map(|i| blank(1, i)).collect()).await;
+        log.purge(log_id(1, 2)).await.unwrap();
+        log.truncate_after(Some(log_id(1, 4))).await.unwrap();
+        append(&mut log, vec![blank(2, 5)]).await;
+    }
+
+    let (mut log, _state) = open(dir.path()).unwrap();
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 2)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 5)));
+    let mut reader = log.get_log_reader().await;
+    let kept = reader.try_get_log_entries(..).await.unwrap();
+    assert_eq!(kept, vec![blank(1, 3), blank(1, 4), blank(2, 5)]);
+}
+
+#[tokio::test]
+async fn built_snapshot_is_what_reopen_restores() {
+    let dir = TempDir::new().unwrap();
+    let (built, digest_at_build) = {
+        let (_log, mut state) = open(dir.path()).unwrap();
+        let entries = vec![
+            membership(1, 1, &[1, 2, 3]),
+            normal(1, 2, kill_switch(true)),
+            normal(1, 3, kill_switch(false)),
+            normal(1, 4, kill_switch(true)),
+        ];
+        apply(&mut state, entries).await.unwrap();
+        let digest_at_build = digest(&state);
+        let mut builder = state.get_snapshot_builder().await;
+        let built = builder.build_snapshot().await.unwrap();
+        // Applied after the snapshot: in memory only, the log is its record.
+        apply(&mut state, vec![normal(1, 5, kill_switch(false))])
+            .await
+            .unwrap();
+        assert_ne!(digest(&state), digest_at_build);
+        (built, digest_at_build)
+    };
+    assert_eq!(built.meta.last_log_id, Some(log_id(1, 4)));
+
+    let (_log, mut state) = open(dir.path()).unwrap();
+    let (applied, membership) = state.applied_state().await.unwrap();
+    assert_eq!(applied, Some(log_id(1, 4)));
+    assert_eq!(membership, built.meta.last_membership);
+    assert_eq!(state.last_applied(), Some(log_id(1, 4)));
+    assert_eq!(digest(&state), digest_at_build);
+    let current = state.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, built.meta);
+    assert_eq!(current.snapshot.get_ref(), built.snapshot.get_ref());
+}
+
+#[tokio::test]
+async fn corrupt_log_values_are_errors_and_reads_stay_in_range() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (mut log, _state) = open(dir.path()).unwrap();
+        log.save_vote(&Vote::new(1, 1)).await.unwrap();
+        append(&mut log, (1..=5).map(|i| blank(1, i)).collect()).await;
+    }
+    scribble(dir.path(), "logs", &4u64.to_be_bytes(), b"\x01garbage");
+    scribble(
+        dir.path(),
+        "logs",
+        &5u64.to_be_bytes(),
+        b"\x07unknown format",
+    );
+    scribble(dir.path(), "meta", b"vote", b"");
+
+    let (mut log, _state) = open(dir.path()).unwrap();
+    let mut reader = log.get_log_reader().await;
+    // Only the requested keys are read: 1..4 never touches the bad entries.
+    assert_eq!(reader.try_get_log_entries(1..4).await.unwrap().len(), 3);
+    let err = reader.try_get_log_entries(3..5).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(err.to_string().contains("log entry 4"), "{err}");
+    let err = log.get_log_state().await.unwrap_err();
+    assert!(err.to_string().contains("format 7 unknown"), "{err}");
+    let err = reader.read_vote().await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+}
+
+#[tokio::test]
+async fn corrupt_snapshot_stops_the_open() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (_log, mut state) = open(dir.path()).unwrap();
+        apply(&mut state, vec![normal(1, 1, kill_switch(true))])
+            .await
+            .unwrap();
+        state
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+    }
+    scribble(dir.path(), "snapshot", b"data", b"\x01\xff\xff\xff");
+
+    match open(dir.path()) {
+        Err(StoreError::Snapshot(e)) => assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}"),
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("a corrupt snapshot was accepted"),
+    }
+}
+
+#[tokio::test]
+async fn garbage_snapshot_is_refused_and_changes_nothing() {
+    let dir = TempDir::new().unwrap();
+    let (_log, mut state) = open(dir.path()).unwrap();
+    apply(&mut state, vec![normal(1, 1, kill_switch(true))])
+        .await
+        .unwrap();
+    let before = (state.applied_state().await.unwrap(), digest(&state));
+    let meta = fusebox_raft_store::SnapshotMeta {
+        last_log_id: Some(log_id(3, 30)),
+        last_membership: Default::default(),
+    };
+
+    for garbage in [
+        vec![],
+        vec![1, 0xff, 0xff, 0xff, 0xff],
+        b"{\"json\": true}".to_vec(),
+    ] {
+        let err = state
+            .install_snapshot(&meta, snapshot_data(garbage))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    }
+    assert_eq!(
+        (state.applied_state().await.unwrap(), digest(&state)),
+        before
+    );
+    assert!(state.get_current_snapshot().await.unwrap().is_none());
+}
+
+#[derive(Default)]
+struct Recorder {
+    revisions: Mutex<Vec<u64>>,
+    installs: Mutex<Vec<u64>>,
+}
+
+impl ApplyObserver for Recorder {
+    fn applied(&self, state: &StateMachine, events: &[WatchEvent]) {
+        let mut revisions = self.revisions.lock().unwrap();
+        revisions.extend(events.iter().map(WatchEvent::revision));
+        assert_eq!(revisions.last().copied(), Some(state.revision()));
+    }
+
+    fn installed(&self, state: &StateMachine) {
+        self.installs.lock().unwrap().push(state.revision());
+    }
+}
+
+#[tokio::test]
+async fn installed_snapshot_carries_the_state_and_tells_the_observer() {
+    let (leader_dir, follower_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (_leader_log, mut leader) = open(leader_dir.path()).unwrap();
+    let (_follower_log, mut follower) = open(follower_dir.path()).unwrap();
+    let leader_events = Arc::new(Recorder::default());
+    let follower_events = Arc::new(Recorder::default());
+    leader.set_observer(leader_events.clone());
+    follower.set_observer(follower_events.clone());
+
+    let entries = vec![
+        membership(1, 1, &[1, 2]),
+        normal(1, 2, kill_switch(true)),
+        normal(1, 3, kill_switch(false)),
+    ];
+    apply(&mut leader, entries).await.unwrap();
+    assert_eq!(*leader_events.revisions.lock().unwrap(), vec![1, 2]);
+    let snapshot = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+
+    follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
+        .await
+        .unwrap();
+    assert_eq!(*follower_events.installs.lock().unwrap(), vec![2]);
+    assert_eq!(digest(&follower), digest(&leader));
+    assert_eq!(
+        follower.applied_state().await.unwrap(),
+        leader.applied_state().await.unwrap()
+    );
+    let current = follower.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, snapshot.meta);
+}
+
+#[tokio::test]
+async fn clones_share_one_state() {
+    let dir = TempDir::new().unwrap();
+    let (_log, state) = open(dir.path()).unwrap();
+    let mut for_raft: StateStore = state.clone();
+    apply(&mut for_raft, vec![normal(1, 1, kill_switch(true))])
+        .await
+        .unwrap();
+    assert_eq!(state.last_applied(), Some(log_id(1, 1)));
+    assert_eq!(state.with_state(StateMachine::revision), 1);
+}

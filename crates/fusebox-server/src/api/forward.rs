@@ -1,0 +1,228 @@
+//! Leader forwarding: a follower hands a write to the leader, once.
+//!
+//! When the backend answers `NotLeader` with the leader's address, the
+//! service sends the *same* request to the leader with a generated client
+//! and returns the leader's answer (or its status) unchanged. The forwarded
+//! request carries [`FORWARDED_HEADER`], and a request that already carries
+//! it is never forwarded again: during an election two nodes could otherwise
+//! bounce a request between them. Every forwarded call has a deadline (the
+//! caller's `grpc-timeout`, else [`FORWARD_TIMEOUT_DEFAULT_MS`], at most
+//! [`FORWARD_TIMEOUT_MAX_MS`]); channels are cached per address, at most
+//! [`FORWARD_CHANNELS_MAX`] of them.
+
+use super::status::not_leader;
+use super::{
+    FORWARDED_HEADER, FORWARD_CHANNELS_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_TIMEOUT_DEFAULT_MS,
+    FORWARD_TIMEOUT_MAX_MS,
+};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+/// Headers of the incoming call that describe its transport, not the
+/// caller; the outgoing client sets its own.
+const TRANSPORT_HEADERS: [&str; 8] = [
+    "te",
+    "content-type",
+    "content-length",
+    "user-agent",
+    "host",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+];
+
+/// Sends requests on to the leader, caching one channel per address.
+#[derive(Debug, Default)]
+pub struct Forwarder {
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl Forwarder {
+    /// A forwarder with no cached channel.
+    pub fn new() -> Self {
+        Forwarder::default()
+    }
+
+    /// Whether a request already went through one forwarding hop.
+    pub fn was_forwarded(metadata: &MetadataMap) -> bool {
+        metadata.get(FORWARDED_HEADER).is_some()
+    }
+
+    /// Forwards `request` to the leader with `call` (which invokes the same
+    /// RPC on a client over the given channel); refuses with UNAVAILABLE and
+    /// NOT_LEADER when the leader is unknown or the request was forwarded
+    /// already.
+    pub async fn forward<Req, Resp, F, Fut>(
+        &self,
+        request: Request<Req>,
+        leader_id: Option<u64>,
+        leader_addr: Option<String>,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        F: FnOnce(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        if Self::was_forwarded(request.metadata()) {
+            return Err(not_leader(
+                leader_id,
+                leader_addr,
+                "request was forwarded once already",
+            ));
+        }
+        let Some(addr) = leader_addr else {
+            return Err(not_leader(
+                leader_id,
+                None,
+                "no leader is known, an election may be under way",
+            ));
+        };
+        let channel = match self.channel(&addr) {
+            Ok(channel) => channel,
+            Err(reason) => return Err(not_leader(leader_id, Some(addr), &reason)),
+        };
+        let deadline = deadline_of(request.metadata());
+        let outgoing = outgoing_request(request, deadline);
+        let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(leader = %addr, deadline_ms, "forwarding request to the leader");
+        match tokio::time::timeout(deadline, call(channel, outgoing)).await {
+            Ok(answer) => answer.map_err(|status| leader_failure(status, &addr)),
+            Err(_) => Err(Status::new(
+                Code::Unavailable,
+                format!(
+                    "forwarding to the leader at {addr} timed out after {deadline_ms} ms; the \
+                     outcome is unknown, look the result up before repeating a write"
+                ),
+            )),
+        }
+    }
+
+    /// The cached channel to `addr`, created lazily on first use.
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(channel) = channels.get(addr) {
+            return Ok(channel.clone());
+        }
+        let uri = if addr.contains("://") {
+            addr.to_owned()
+        } else {
+            format!("http://{addr}")
+        };
+        let endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| format!("leader address {addr:?} is not a valid uri: {e}"))?
+            .connect_timeout(Duration::from_millis(FORWARD_CONNECT_TIMEOUT_MS))
+            .timeout(Duration::from_millis(FORWARD_TIMEOUT_MAX_MS));
+        if channels.len() >= FORWARD_CHANNELS_MAX {
+            // Leaders change rarely; a full cache means stale addresses.
+            channels.clear();
+        }
+        let channel = endpoint.connect_lazy();
+        channels.insert(addr.to_owned(), channel.clone());
+        Ok(channel)
+    }
+}
+
+/// The same message and caller metadata, marked as forwarded, with a
+/// deadline.
+fn outgoing_request<Req>(request: Request<Req>, deadline: Duration) -> Request<Req> {
+    let (mut metadata, _, message) = request.into_parts();
+    for header in TRANSPORT_HEADERS {
+        metadata.remove(header);
+    }
+    metadata.insert(FORWARDED_HEADER, MetadataValue::from_static("1"));
+    let mut outgoing = Request::from_parts(metadata, Default::default(), message);
+    outgoing.set_timeout(deadline);
+    outgoing
+}
+
+/// A failure of the forwarding hop itself (cannot connect) is said to be
+/// one; a status the leader chose passes through unchanged.
+fn leader_failure(status: Status, addr: &str) -> Status {
+    if status.code() == Code::Unavailable && status.details().is_empty() {
+        tracing::warn!(leader = %addr, error = %status.message(), "forwarding to the leader failed");
+        return Status::new(
+            Code::Unavailable,
+            format!("could not reach the leader at {addr}: {}", status.message()),
+        );
+    }
+    status
+}
+
+/// The caller's deadline (its `grpc-timeout`), else the default, capped.
+fn deadline_of(metadata: &MetadataMap) -> Duration {
+    let asked = metadata
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout);
+    asked
+        .unwrap_or(Duration::from_millis(FORWARD_TIMEOUT_DEFAULT_MS))
+        .min(Duration::from_millis(FORWARD_TIMEOUT_MAX_MS))
+}
+
+/// Parses a `grpc-timeout` value: at most 8 digits and a unit (H M S m u n).
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let split = value.len().checked_sub(1)?;
+    let (digits, unit) = (value.get(..split)?, value.get(split..)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    match unit {
+        "H" => Some(Duration::from_secs(n.saturating_mul(3600))),
+        "M" => Some(Duration::from_secs(n.saturating_mul(60))),
+        "S" => Some(Duration::from_secs(n)),
+        "m" => Some(Duration::from_millis(n)),
+        "u" => Some(Duration::from_micros(n)),
+        "n" => Some(Duration::from_nanos(n)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_by_unit() {
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("3S"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("123456789S"), None);
+        assert_eq!(parse_grpc_timeout("S"), None);
+        assert_eq!(parse_grpc_timeout("10x"), None);
+    }
+
+    #[test]
+    fn deadlines_default_and_cap() {
+        let mut metadata = MetadataMap::new();
+        assert_eq!(
+            deadline_of(&metadata),
+            Duration::from_millis(FORWARD_TIMEOUT_DEFAULT_MS)
+        );
+        metadata.insert("grpc-timeout", MetadataValue::from_static("2H"));
+        assert_eq!(
+            deadline_of(&metadata),
+            Duration::from_millis(FORWARD_TIMEOUT_MAX_MS)
+        );
+    }
+
+    #[test]
+    fn forwarded_requests_are_marked_and_lose_transport_headers() {
+        let mut request = Request::new(());
+        request
+            .metadata_mut()
+            .insert("user-agent", MetadataValue::from_static("x"));
+        request
+            .metadata_mut()
+            .insert("x-trace", MetadataValue::from_static("t1"));
+        let out = outgoing_request(request, Duration::from_secs(1));
+        assert!(Forwarder::was_forwarded(out.metadata()));
+        assert!(out.metadata().get("user-agent").is_none());
+        assert!(out.metadata().get("x-trace").is_some());
+    }
+}

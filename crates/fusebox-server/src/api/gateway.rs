@@ -1,0 +1,156 @@
+//! What every service does with the backend: propose, read, forward.
+//!
+//! [`Gateway::write`] proposes one command and sorts the result three ways:
+//! applied (the caller reads the typed answer), refused by the core (a
+//! status chosen by [`status::from_core`]), or "ask the leader" (the caller
+//! forwards the original request). Keeping that in one place means every
+//! RPC maps the same failure to the same status.
+
+use super::forward::Forwarder;
+use super::status;
+use crate::backend::{Backend, BackendError, Consistency};
+use fusebox_core::machine::{Answer, Applied, Command, StateMachine};
+use std::future::Future;
+use std::sync::Arc;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Response, Status};
+
+/// Where the leader is, when this node is not it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's node id, if known.
+    pub id: Option<u64>,
+    /// The leader's gRPC address, if known.
+    pub addr: Option<String>,
+}
+
+/// The result of a proposal or a read this node may not serve itself.
+#[derive(Debug)]
+pub enum Served<T> {
+    /// This node served it.
+    Here(T),
+    /// Only the leader can; forward the request there.
+    Leader(Leader),
+}
+
+/// A backend with the forwarding and error mapping the services share.
+pub struct Gateway<B> {
+    backend: B,
+    forwarder: Arc<Forwarder>,
+}
+
+impl<B: Clone> Clone for Gateway<B> {
+    fn clone(&self) -> Self {
+        Gateway {
+            backend: self.backend.clone(),
+            forwarder: Arc::clone(&self.forwarder),
+        }
+    }
+}
+
+impl<B: Backend> Gateway<B> {
+    /// A gateway with its own forwarder.
+    pub fn new(backend: B) -> Self {
+        Gateway::with_forwarder(backend, Arc::new(Forwarder::new()))
+    }
+
+    /// A gateway sharing a forwarder (and its channel cache) with others.
+    pub fn with_forwarder(backend: B, forwarder: Arc<Forwarder>) -> Self {
+        Gateway { backend, forwarder }
+    }
+
+    /// The backend, for watch subscriptions.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Proposes a command; a core refusal becomes its status.
+    pub async fn write(&self, command: Command) -> Result<Served<Applied>, Status> {
+        match self.backend.write(command).await {
+            Ok(Applied {
+                answer: Answer::Rejected(error),
+                ..
+            }) => {
+                tracing::debug!(error = %error, "command refused by the core");
+                Err(status::from_core(&error))
+            }
+            Ok(applied) => Ok(Served::Here(applied)),
+            Err(error) => leader_or_status(error),
+        }
+    }
+
+    /// Reads at a consistency this node may not provide (linearizable on a
+    /// follower): the caller then forwards.
+    pub async fn read<T, F>(&self, consistency: Consistency, f: F) -> Result<Served<T>, Status>
+    where
+        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.backend.read(consistency, f).await {
+            Ok(value) => Ok(Served::Here(value)),
+            Err(error) => leader_or_status(error),
+        }
+    }
+
+    /// Reads this node's applied state.
+    pub async fn read_local<T, F>(&self, f: F) -> Result<T, Status>
+    where
+        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.backend
+            .read(Consistency::Local, f)
+            .await
+            .map_err(|e| status::from_backend(&e))
+    }
+
+    /// The revision a write produced: its last event's, or the state's.
+    pub async fn revision_after(&self, applied: &Applied) -> Result<u64, Status> {
+        match applied.events.last() {
+            Some(event) => Ok(event.revision()),
+            None => self.read_local(StateMachine::revision).await,
+        }
+    }
+
+    /// Sends `request` to the leader with `call`, once.
+    pub async fn forward<Req, Resp, F, Fut>(
+        &self,
+        request: Request<Req>,
+        leader: Leader,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        F: FnOnce(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        self.forwarder
+            .forward(request, leader.id, leader.addr, call)
+            .await
+    }
+}
+
+fn leader_or_status<T>(error: BackendError) -> Result<Served<T>, Status> {
+    match error {
+        BackendError::NotLeader {
+            leader_id,
+            leader_addr,
+        } => Ok(Served::Leader(Leader {
+            id: leader_id,
+            addr: leader_addr,
+        })),
+        other => {
+            tracing::warn!(error = %other, "backend could not serve the request");
+            Err(status::from_backend(&other))
+        }
+    }
+}
+
+/// INTERNAL for an answer of the wrong kind: a bug between the services and
+/// the core, never a caller's fault.
+pub fn unexpected(answer: &Answer) -> Status {
+    tracing::error!(answer = ?answer, "core answered a command with the wrong kind of answer");
+    Status::new(
+        Code::Internal,
+        "the state machine answered with an unexpected kind of answer",
+    )
+}

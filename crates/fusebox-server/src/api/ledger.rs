@@ -1,0 +1,281 @@
+//! `fusebox.v1.Ledger`: idempotency keys for write tools.
+//!
+//! All five `Begin` answers are OK bodies: a replay is a success, and
+//! in-progress, mismatch and ambiguous are answers the caller must act on,
+//! not transport failures. `Complete` and `Resolve` cannot answer a wrong
+//! state in a body, so they fail with FAILED_PRECONDITION and a detail that
+//! names what is current. `Lookup` is linearizable: after an ambiguous
+//! timeout it must reflect every acknowledged write.
+
+use super::convert::ledger::{
+    begin_from_proto, begin_to_proto, complete_from_proto, list_from_proto, record_to_proto,
+    resolve_from_proto, status_name,
+};
+use super::convert::{self, meta, namespace, required};
+use super::gateway::{unexpected, Gateway, Served};
+use super::status;
+use crate::backend::{Backend, Consistency};
+use fusebox_core::ledger::{CompleteAnswer, Record, ResolveAnswer, Status as RecordStatus};
+use fusebox_core::limits::IDEMPOTENCY_KEY_BYTES_MAX;
+use fusebox_core::machine::{Answer, Command};
+use fusebox_core::policy::EffectClass;
+use fusebox_core::{Namespace, Timestamp};
+use fusebox_proto::v1 as pb;
+use fusebox_proto::v1::ledger_client::LedgerClient;
+use fusebox_proto::v1::ledger_server::Ledger;
+use tonic::{Request, Response, Status};
+
+/// Proposes `$command`; on a follower, forwards `$request` to the leader's
+/// `$method` and returns its answer from the enclosing RPC.
+macro_rules! write_or_forward {
+    ($self:ident, $request:ident, $command:expr, $method:ident) => {
+        match $self.gateway.write($command).await? {
+            Served::Here(applied) => applied,
+            Served::Leader(leader) => {
+                return $self
+                    .gateway
+                    .forward($request, leader, |channel, request| async move {
+                        LedgerClient::new(channel).$method(request).await
+                    })
+                    .await;
+            }
+        }
+    };
+}
+
+/// The Ledger service over a backend.
+pub struct LedgerService<B> {
+    gateway: Gateway<B>,
+}
+
+impl<B: Backend> LedgerService<B> {
+    /// A service proposing and reading through `gateway`.
+    pub fn new(gateway: Gateway<B>) -> Self {
+        LedgerService { gateway }
+    }
+
+    /// Refuses to begin a write while the namespace's kill switch is on.
+    /// Read from this node's state before proposing: a switch thrown in
+    /// the same instant may let one begin through.
+    async fn check_writes_allowed(
+        &self,
+        ns: &Namespace,
+        effect: EffectClass,
+    ) -> Result<(), Status> {
+        if !effect.is_write() {
+            return Ok(());
+        }
+        let lookup = ns.clone();
+        let switch = self
+            .gateway
+            .read_local(move |s| s.namespace(&lookup).and_then(|n| n.kill_switch.clone()))
+            .await?;
+        match switch {
+            Some(k) if k.writes_blocked => Err(status::writes_blocked(
+                ns.as_str(),
+                &k.reason,
+                &k.actor,
+                k.at.as_millis(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The lease of `attempt` on `key` as stored (for a `started` answer).
+    async fn lease_of(&self, ns: Namespace, key: String, attempt: String) -> Result<u64, Status> {
+        self.gateway
+            .read_local(move |s| {
+                s.ledger()
+                    .get(&ns, &key)
+                    .filter(|r| r.attempt == attempt)
+                    .and_then(|r| r.lease_until)
+                    .map_or(0, Timestamp::as_millis)
+            })
+            .await
+    }
+}
+
+/// FAILED_PRECONDITION for a completion the record no longer accepts.
+fn complete_conflict(attempt: &str, record: &Record) -> Status {
+    if record.attempt != attempt {
+        return status::stale("attempt_id", attempt.to_owned(), record.attempt.clone());
+    }
+    if record.status == RecordStatus::Ambiguous {
+        let reason = record
+            .reason
+            .as_deref()
+            .unwrap_or("lease expired or outcome reported unknown");
+        return status::ambiguous(&record.key, attempt, reason);
+    }
+    let current = status_name(record.status);
+    status::invalid_state(
+        current,
+        &[status_name(RecordStatus::InProgress)],
+        format!(
+            "key {} is already {current}; this completion differs from the one recorded",
+            record.key
+        ),
+    )
+}
+
+fn record_not_found(ns: &Namespace, key: &str) -> Status {
+    status::not_found(
+        "ledger_record",
+        key,
+        format!(
+            "no ledger record for key {key:?} in namespace {ns}; it was never begun or has expired"
+        ),
+    )
+}
+
+#[tonic::async_trait]
+impl<B: Backend> Ledger for LedgerService<B> {
+    async fn begin(
+        &self,
+        request: Request<pb::BeginRequest>,
+    ) -> Result<Response<pb::BeginResponse>, Status> {
+        let (ns, begin) = begin_from_proto(request.get_ref())?;
+        self.check_writes_allowed(&ns, begin.effect).await?;
+        let (key, attempt) = (begin.key.clone(), begin.attempt.clone());
+        let command = Command::Begin {
+            namespace: ns.clone(),
+            request: begin,
+        };
+        let applied = write_or_forward!(self, request, command, begin);
+        let Answer::Begin(answer) = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        tracing::debug!(namespace = %ns, key = %key, attempt = %attempt, answer = ?answer, "ledger begin");
+        let lease_until = match answer {
+            fusebox_core::ledger::BeginAnswer::Started { .. } => {
+                self.lease_of(ns.clone(), key, attempt).await?
+            }
+            _ => 0,
+        };
+        Ok(Response::new(begin_to_proto(&ns, answer, lease_until)))
+    }
+
+    async fn complete(
+        &self,
+        request: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        let (ns, complete) = complete_from_proto(request.get_ref())?;
+        let (key, attempt) = (complete.key.clone(), complete.attempt.clone());
+        let command = Command::Complete {
+            namespace: ns.clone(),
+            request: complete,
+        };
+        let applied = write_or_forward!(self, request, command, complete);
+        let Answer::Complete(answer) = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        tracing::debug!(namespace = %ns, key = %key, attempt = %attempt, "ledger complete");
+        match answer {
+            CompleteAnswer::Recorded { record } | CompleteAnswer::AlreadyRecorded { record } => {
+                Ok(Response::new(pb::CompleteResponse {
+                    record: Some(record_to_proto(&ns, record)),
+                }))
+            }
+            CompleteAnswer::Conflict { record } => Err(complete_conflict(&attempt, record)),
+            CompleteAnswer::NotFound => Err(record_not_found(&ns, &key)),
+        }
+    }
+
+    async fn lookup(
+        &self,
+        request: Request<pb::LookupRequest>,
+    ) -> Result<Response<pb::LookupResponse>, Status> {
+        let req = request.get_ref();
+        meta(req.meta.as_ref())?;
+        let ns = namespace(&req.namespace)?;
+        required("key", &req.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
+        let (lookup_ns, key, wall) = (ns.clone(), req.key.clone(), convert::wall_clock_ms());
+        let read = self
+            .gateway
+            .read(Consistency::Linearizable, move |s| {
+                // A lapsed lease shows as what the next tick will make it.
+                let now = Timestamp::from_millis(wall).max(s.now());
+                s.ledger().lookup(&lookup_ns, &key, now)
+            })
+            .await?;
+        let found = match read {
+            Served::Here(found) => found,
+            Served::Leader(leader) => {
+                return self
+                    .gateway
+                    .forward(request, leader, |channel, request| async move {
+                        LedgerClient::new(channel).lookup(request).await
+                    })
+                    .await;
+            }
+        };
+        match found {
+            Some(record) => Ok(Response::new(pb::LookupResponse {
+                record: Some(record_to_proto(&ns, &record)),
+            })),
+            None => Err(record_not_found(&ns, &request.get_ref().key)),
+        }
+    }
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRecordsRequest>,
+    ) -> Result<Response<pb::ListRecordsResponse>, Status> {
+        let (ns, filter) = list_from_proto(request.get_ref())?;
+        let (lookup_ns, wall) = (ns.clone(), convert::wall_clock_ms());
+        let page = self
+            .gateway
+            .read_local(move |s| {
+                let known = s.namespace(&lookup_ns).is_some() || s.ledger().len(&lookup_ns) > 0;
+                let now = Timestamp::from_millis(wall).max(s.now());
+                known.then(|| s.ledger().list(&lookup_ns, &filter, now))
+            })
+            .await?;
+        let Some(page) = page else {
+            return Err(status::not_found(
+                "namespace",
+                ns.as_str(),
+                format!("namespace {ns} has no ledger records"),
+            ));
+        };
+        Ok(Response::new(pb::ListRecordsResponse {
+            records: page
+                .records
+                .iter()
+                .map(|r| record_to_proto(&ns, r))
+                .collect(),
+            next_page_token: page.next_after_key.unwrap_or_default(),
+        }))
+    }
+
+    async fn resolve(
+        &self,
+        request: Request<pb::ResolveRequest>,
+    ) -> Result<Response<pb::ResolveResponse>, Status> {
+        let (ns, resolve) = resolve_from_proto(request.get_ref())?;
+        let key = resolve.key.clone();
+        tracing::info!(namespace = %ns, key = %key, actor = %resolve.actor, decision = ?resolve.decision, "ledger resolve");
+        let command = Command::Resolve {
+            namespace: ns.clone(),
+            request: resolve,
+        };
+        let applied = write_or_forward!(self, request, command, resolve);
+        let Answer::Resolve(answer) = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        match answer {
+            ResolveAnswer::Resolved { record } => Ok(Response::new(pb::ResolveResponse {
+                record: Some(record_to_proto(&ns, record)),
+            })),
+            ResolveAnswer::NotAmbiguous { record } => {
+                let current = status_name(record.status);
+                Err(status::invalid_state(
+                    current,
+                    &[status_name(RecordStatus::Ambiguous)],
+                    format!("key {key} is {current}; only an ambiguous record can be resolved"),
+                ))
+            }
+            ResolveAnswer::NotFound => Err(record_not_found(&ns, &key)),
+        }
+    }
+}

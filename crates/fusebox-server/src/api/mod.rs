@@ -1,0 +1,95 @@
+//! The public gRPC API: `fusebox.v1.Breakers`, `Ledger` and `Policy`.
+//!
+//! Each service is a thin adapter between the wire and the [`Backend`]: it
+//! validates every request field at the boundary (names, sizes, enums,
+//! namespaces inside keys), turns the request into one core
+//! [`Command`](fusebox_core::machine::Command) or one read, and turns the
+//! typed answer back into a response. No decision is made here that the
+//! core could make; what the core refuses comes back as a status chosen on
+//! purpose ([`status`]).
+//!
+//! Invariants this layer keeps:
+//! - **Writes go through the log.** Outcome reports, probe permits, operator
+//!   commands, ledger writes and policy changes are all commands; a node that
+//!   is not the leader forwards the same request to the leader once
+//!   ([`forward`]), marked so that it is never forwarded twice.
+//! - **Normal answers are bodies.** The five `Ledger.Begin` answers, a stale
+//!   outcome report and a denied probe are OK responses; only failures carry
+//!   a status, always with a [`FuseboxErrorDetail`](fusebox_proto::v1::FuseboxErrorDetail).
+//! - **Everything is bounded.** Page sizes, watch buffers, snapshot chunks,
+//!   request metadata and the forwarding channel cache each have a named
+//!   limit below.
+//! - **Reads are local, lookups are linearizable.** Listings and the watch
+//!   stream carry revisions, so staleness is visible; a ledger lookup after
+//!   an ambiguous timeout must see every acknowledged write.
+//!
+//! [`Backend`]: crate::backend::Backend
+
+pub mod breakers;
+pub mod convert;
+pub mod forward;
+pub mod gateway;
+pub mod ledger;
+pub mod operator;
+pub mod policy;
+pub mod status;
+pub mod watch_stream;
+
+pub use breakers::BreakersService;
+pub use forward::Forwarder;
+pub use gateway::Gateway;
+pub use ledger::LedgerService;
+pub use policy::PolicyService;
+
+use fusebox_proto::v1::breakers_server::BreakersServer;
+use fusebox_proto::v1::ledger_server::LedgerServer;
+use fusebox_proto::v1::policy_server::PolicyServer;
+
+/// Page size used when a list request leaves `limit` at 0.
+pub const LIST_LIMIT_DEFAULT: usize = 100;
+/// Most attributes one request's `RequestMeta` may carry.
+pub const META_ATTRIBUTES_MAX: usize = 32;
+/// Longest key or value of one `RequestMeta` attribute, in bytes.
+pub const META_ATTRIBUTE_BYTES_MAX: usize = 256;
+/// Watch events buffered per stream before the sender waits for the client.
+pub const WATCH_BUFFER_EVENTS: usize = 256;
+/// Breakers per snapshot chunk on a watch stream.
+pub const WATCH_SNAPSHOT_CHUNK_BREAKERS: usize = 512;
+/// Quiet time after which a watch stream sends a heartbeat, in milliseconds.
+pub const WATCH_HEARTBEAT_MS: u64 = 5_000;
+/// Deadline of a forwarded call when the caller set none, in milliseconds.
+pub const FORWARD_TIMEOUT_DEFAULT_MS: u64 = 5_000;
+/// Longest deadline a forwarded call may get, in milliseconds.
+pub const FORWARD_TIMEOUT_MAX_MS: u64 = 60_000;
+/// Longest wait to connect to the leader when forwarding, in milliseconds.
+pub const FORWARD_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Most leader addresses whose channels are kept for forwarding.
+pub const FORWARD_CHANNELS_MAX: usize = 64;
+/// Metadata header marking a request a follower forwarded to the leader.
+pub const FORWARDED_HEADER: &str = "x-fusebox-forwarded";
+
+/// The three public services over one backend, ready for a tonic server.
+pub struct Services<B> {
+    /// `fusebox.v1.Breakers`.
+    pub breakers: BreakersServer<BreakersService<B>>,
+    /// `fusebox.v1.Ledger`.
+    pub ledger: LedgerServer<LedgerService<B>>,
+    /// `fusebox.v1.Policy`.
+    pub policy: PolicyServer<PolicyService<B>>,
+}
+
+impl<B: crate::backend::Backend> Services<B> {
+    /// The services over `backend`, sharing one forwarder.
+    pub fn new(backend: B) -> Self {
+        Services::with_gateway(Gateway::new(backend))
+    }
+
+    /// The services over a gateway (to share its forwarder with others).
+    pub fn with_gateway(gateway: Gateway<B>) -> Self {
+        Services {
+            breakers: BreakersServer::new(BreakersService::new(gateway.clone())),
+            ledger: LedgerServer::new(LedgerService::new(gateway.clone())),
+            policy: PolicyServer::new(PolicyService::new(gateway)),
+        }
+    }
+}

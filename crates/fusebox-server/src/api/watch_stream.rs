@@ -1,0 +1,246 @@
+//! The `Breakers.Watch` stream: snapshot, backlog, then live events.
+//!
+//! One task per stream ("pump") turns a [`WatchStart`] into wire events and
+//! pushes them into a bounded channel ([`WATCH_BUFFER_EVENTS`]) that tonic
+//! drains to the client. Order on the stream: `resync_required` when the
+//! client's revision was too old, the snapshot (in chunks of
+//! [`WATCH_SNAPSHOT_CHUNK_BREAKERS`]), the missed events, then live events
+//! of the namespace. Revisions never go back: an event at or below the last
+//! one sent is skipped.
+//!
+//! A slow client fills the channel, the pump waits, and its broadcast
+//! receiver lags; the pump then resubscribes from the last revision it sent
+//! and sends either the missed events or `resync_required` and a fresh
+//! snapshot. A quiet namespace gets a heartbeat every [`WATCH_HEARTBEAT_MS`].
+//! The pump ends when the client goes away (the channel closes) or the node
+//! stops publishing.
+
+use super::convert::{self, watch::events_to_proto, watch::snapshot_to_proto};
+use super::gateway::Gateway;
+use super::status;
+use super::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
+use crate::backend::Backend;
+use crate::watch::{WatchSnapshot, WatchStart};
+use fusebox_core::machine::WatchEvent;
+use fusebox_core::Namespace;
+use fusebox_proto::v1 as pb;
+use fusebox_proto::v1::watch_event::Event;
+use std::time::Duration;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::mpsc;
+use tokio::time::{interval_at, Instant, MissedTickBehavior};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status};
+
+/// What the client receives.
+pub type WatchEvents = ReceiverStream<Result<pb::WatchEvent, Status>>;
+
+/// The stream is over: the client left, or an error was sent to it.
+struct Stopped;
+
+/// Why the pump woke up.
+enum Wake {
+    ClientGone,
+    Event(Result<WatchEvent, RecvError>),
+    Quiet,
+}
+
+/// Subscribes and starts the pump; fails before the stream exists when the
+/// node cannot subscribe.
+pub async fn start<B: Backend>(
+    gateway: Gateway<B>,
+    namespace: Namespace,
+    from_revision: Option<u64>,
+) -> Result<WatchEvents, Status> {
+    let start = gateway
+        .backend()
+        .watch(namespace.clone(), from_revision)
+        .await
+        .map_err(|e| status::from_backend(&e))?;
+    let (tx, rx) = mpsc::channel(WATCH_BUFFER_EVENTS);
+    let pump = Pump {
+        gateway,
+        namespace,
+        tx,
+        last_sent: from_revision.unwrap_or(0),
+    };
+    tokio::spawn(pump.run(start));
+    Ok(ReceiverStream::new(rx))
+}
+
+struct Pump<B> {
+    gateway: Gateway<B>,
+    namespace: Namespace,
+    tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
+    last_sent: u64,
+}
+
+impl<B: Backend> Pump<B> {
+    async fn run(mut self, start: WatchStart) {
+        tracing::debug!(namespace = %self.namespace, from = self.last_sent, "watch stream started");
+        let Ok(mut events) = self.begin(start).await else {
+            return;
+        };
+        let period = Duration::from_millis(WATCH_HEARTBEAT_MS);
+        let mut heartbeat = interval_at(Instant::now() + period, period);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let wake = tokio::select! {
+                () = self.tx.closed() => Wake::ClientGone,
+                received = events.recv() => Wake::Event(received),
+                _ = heartbeat.tick() => Wake::Quiet,
+            };
+            let step = match wake {
+                Wake::ClientGone => Err(Stopped),
+                Wake::Event(received) => self.on_event(received, &mut events).await,
+                Wake::Quiet => self.heartbeat().await,
+            };
+            match step {
+                Ok(true) => heartbeat.reset(),
+                Ok(false) => {}
+                Err(Stopped) => break,
+            }
+        }
+        tracing::debug!(namespace = %self.namespace, last = self.last_sent, "watch stream ended");
+    }
+
+    /// Handles one broadcast result; `Ok(true)` when something was sent.
+    async fn on_event(
+        &mut self,
+        received: Result<WatchEvent, RecvError>,
+        events: &mut broadcast::Receiver<WatchEvent>,
+    ) -> Result<bool, Stopped> {
+        match received {
+            Ok(event) => {
+                if event.namespace() != &self.namespace || event.revision() <= self.last_sent {
+                    return Ok(false);
+                }
+                self.send_events(vec![event]).await?;
+                Ok(true)
+            }
+            Err(RecvError::Lagged(missed)) => {
+                tracing::info!(namespace = %self.namespace, missed, last = self.last_sent, "watch stream lagged, resubscribing");
+                let start = self.resubscribe().await?;
+                *events = self.begin(start).await?;
+                Ok(true)
+            }
+            Err(RecvError::Closed) => {
+                let status = Status::new(
+                    Code::Unavailable,
+                    "node stopped publishing changes; watch again from the last revision",
+                );
+                self.fail(status).await
+            }
+        }
+    }
+
+    async fn resubscribe(&mut self) -> Result<WatchStart, Stopped> {
+        let watched = self
+            .gateway
+            .backend()
+            .watch(self.namespace.clone(), Some(self.last_sent))
+            .await;
+        match watched {
+            Ok(start) => Ok(start),
+            Err(e) => self.fail(status::from_backend(&e)).await,
+        }
+    }
+
+    /// Sends what a subscription starts with; returns its live receiver.
+    async fn begin(
+        &mut self,
+        start: WatchStart,
+    ) -> Result<broadcast::Receiver<WatchEvent>, Stopped> {
+        let WatchStart {
+            snapshot,
+            resync_required,
+            backlog,
+            events,
+            ..
+        } = start;
+        if let Some(snapshot) = snapshot {
+            self.send_snapshot(snapshot, resync_required).await?;
+        }
+        let backlog: Vec<WatchEvent> = backlog
+            .into_iter()
+            .filter(|e| e.revision() > self.last_sent)
+            .collect();
+        if !backlog.is_empty() {
+            self.send_events(backlog).await?;
+        }
+        Ok(events)
+    }
+
+    async fn send_snapshot(
+        &mut self,
+        snapshot: WatchSnapshot,
+        resync_required: bool,
+    ) -> Result<(), Stopped> {
+        let revision = snapshot.revision;
+        if resync_required {
+            let resync = pb::WatchEvent {
+                revision,
+                event: Some(Event::ResyncRequired(pb::ResyncRequired {
+                    oldest_revision: revision,
+                })),
+            };
+            self.send(resync).await?;
+        }
+        let ns = self.namespace.clone();
+        let chunks = self
+            .gateway
+            .read_local(move |state| {
+                snapshot_to_proto(state, &ns, &snapshot, WATCH_SNAPSHOT_CHUNK_BREAKERS)
+            })
+            .await;
+        let chunks = match chunks {
+            Ok(chunks) => chunks,
+            Err(status) => return self.fail(status).await,
+        };
+        for chunk in chunks {
+            self.send(chunk).await?;
+        }
+        self.last_sent = revision;
+        Ok(())
+    }
+
+    async fn send_events(&mut self, events: Vec<WatchEvent>) -> Result<(), Stopped> {
+        let ns = self.namespace.clone();
+        let converted = self
+            .gateway
+            .read_local(move |state| events_to_proto(state, &ns, &events))
+            .await;
+        let converted = match converted {
+            Ok(converted) => converted,
+            Err(status) => return self.fail(status).await,
+        };
+        for event in converted {
+            let revision = event.revision;
+            self.send(event).await?;
+            self.last_sent = self.last_sent.max(revision);
+        }
+        Ok(())
+    }
+
+    async fn heartbeat(&mut self) -> Result<bool, Stopped> {
+        let beat = pb::WatchEvent {
+            revision: self.last_sent,
+            event: Some(Event::Heartbeat(pb::WatchHeartbeat {
+                at_ms: convert::wall_clock_ms(),
+            })),
+        };
+        self.send(beat).await?;
+        Ok(false)
+    }
+
+    async fn send(&self, event: pb::WatchEvent) -> Result<(), Stopped> {
+        self.tx.send(Ok(event)).await.map_err(|_| Stopped)
+    }
+
+    /// Ends the stream with `status` (the client learns why).
+    async fn fail<T>(&self, status: Status) -> Result<T, Stopped> {
+        tracing::warn!(namespace = %self.namespace, error = %status.message(), "watch stream failed");
+        let _ = self.tx.send(Err(status)).await;
+        Err(Stopped)
+    }
+}

@@ -1,0 +1,75 @@
+//! An in-process backend without replication, for testing the API layer.
+
+use super::{Backend, BackendError, Consistency};
+use crate::watch::{WatchHub, WatchStart};
+use fusebox_core::machine::{Applied, Command, StateMachine};
+use fusebox_core::{Namespace, Timestamp};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Applies commands directly to one state machine, stamped with this
+/// machine's clock. Not replicated and not durable: API tests only.
+#[derive(Clone, Default)]
+pub struct LocalBackend {
+    state: Arc<Mutex<StateMachine>>,
+    hub: Arc<WatchHub>,
+}
+
+impl LocalBackend {
+    /// A backend over an empty state.
+    pub fn new() -> Self {
+        LocalBackend::default()
+    }
+
+    /// Applies a command at an explicit time (tests that control time).
+    pub fn apply_at(&self, command: &Command, at: Timestamp) -> Result<Applied, BackendError> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| BackendError::Fatal("state lock poisoned".into()))?;
+        let applied = state.apply(command, at);
+        self.hub.publish(&applied.events);
+        Ok(applied)
+    }
+}
+
+fn now() -> Timestamp {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Timestamp::from_millis(ms)
+}
+
+impl Backend for LocalBackend {
+    async fn write(&self, command: Command) -> Result<Applied, BackendError> {
+        self.apply_at(&command, now())
+    }
+
+    async fn read<T, F>(&self, _consistency: Consistency, f: F) -> Result<T, BackendError>
+    where
+        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let state = self
+            .state
+            .lock()
+            .map_err(|_| BackendError::Fatal("state lock poisoned".into()))?;
+        Ok(f(&state))
+    }
+
+    async fn watch(
+        &self,
+        namespace: Namespace,
+        from_revision: Option<u64>,
+    ) -> Result<WatchStart, BackendError> {
+        let state = self
+            .state
+            .lock()
+            .map_err(|_| BackendError::Fatal("state lock poisoned".into()))?;
+        Ok(self.hub.subscribe(&state, &namespace, from_revision))
+    }
+
+    fn leader(&self) -> Option<(u64, String)> {
+        None
+    }
+}

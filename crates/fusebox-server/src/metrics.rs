@@ -1,0 +1,173 @@
+//! Prometheus metrics and the HTTP health endpoints.
+//!
+//! `/metrics` serves the registry in the OpenMetrics text format; `/healthz`
+//! answers 200 while the node runs; `/readyz` answers 200 once the node knows
+//! a leader (it can serve writes, by forwarding if need be).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Labels for counters keyed by one word (an answer, a state).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// The answer or state.
+    pub kind: String,
+}
+
+/// Every metric a node exports.
+pub struct Metrics {
+    registry: Registry,
+    /// The Raft term this node is in.
+    pub term: Gauge,
+    /// The leader's id (0: none known).
+    pub leader_id: Gauge,
+    /// Highest log index known committed.
+    pub commit_index: Gauge,
+    /// Highest log index applied to the state machine.
+    pub applied_index: Gauge,
+    /// Breaker transitions applied, by new state.
+    pub breaker_transitions: Family<KindLabel, Counter>,
+    /// Ledger operations, by answer.
+    pub ledger_answers: Family<KindLabel, Counter>,
+    /// Probe permits granted.
+    pub probe_grants: Counter,
+    /// Calls rejected by breakers, as replicas reported (would-reject in shadow).
+    pub rejects: Counter,
+    /// Outcomes per report batch.
+    pub report_batch_size: Histogram,
+    /// Time from proposing a write to its answer, in seconds.
+    pub write_latency_seconds: Histogram,
+    ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered.
+    pub fn new() -> Self {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("fusebox"),
+            term: Gauge::default(),
+            leader_id: Gauge::default(),
+            commit_index: Gauge::default(),
+            applied_index: Gauge::default(),
+            breaker_transitions: Family::default(),
+            ledger_answers: Family::default(),
+            probe_grants: Counter::default(),
+            rejects: Counter::default(),
+            report_batch_size: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
+            write_latency_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            ready: AtomicBool::new(false),
+        };
+        let r = &mut m.registry;
+        r.register("raft_term", "Raft term", m.term.clone());
+        r.register(
+            "raft_leader_id",
+            "Leader id (0: unknown)",
+            m.leader_id.clone(),
+        );
+        r.register(
+            "raft_commit_index",
+            "Committed log index",
+            m.commit_index.clone(),
+        );
+        r.register(
+            "raft_applied_index",
+            "Applied log index",
+            m.applied_index.clone(),
+        );
+        r.register(
+            "breaker_transitions",
+            "Breaker transitions by new state",
+            m.breaker_transitions.clone(),
+        );
+        r.register(
+            "ledger_answers",
+            "Ledger operations by answer",
+            m.ledger_answers.clone(),
+        );
+        r.register(
+            "probe_grants",
+            "Probe permits granted",
+            m.probe_grants.clone(),
+        );
+        r.register("rejects", "Calls rejected by breakers", m.rejects.clone());
+        r.register(
+            "report_batch_size",
+            "Outcomes per report batch",
+            m.report_batch_size.clone(),
+        );
+        r.register(
+            "write_latency_seconds",
+            "Write latency",
+            m.write_latency_seconds.clone(),
+        );
+        m
+    }
+
+    /// Marks the node ready (a leader is known) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Counts a labelled event.
+    pub fn count(family: &Family<KindLabel, Counter>, kind: &str) {
+        family
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// The HTTP routes for metrics and health.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(metrics)
+}
+
+async fn metrics_page(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        m.render(),
+    )
+}
+
+async fn ready(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    if m.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "no leader known")
+    }
+}

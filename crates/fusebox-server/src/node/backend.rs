@@ -1,0 +1,119 @@
+//! The production [`Backend`]: writes through openraft, reads from the
+//! applied state, linearizable reads through the read linearizer.
+
+use crate::backend::{Backend, BackendError, Consistency};
+use crate::watch::{WatchHub, WatchStart};
+use fusebox_core::machine::{Applied, Command, StateMachine};
+use fusebox_core::Namespace;
+use fusebox_raft_store::{Request, StateStore, TypeConfig};
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
+use openraft::{BasicNode, Raft, ReadPolicy};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a write may wait to be committed and applied.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a linearizable read may wait for the leader's confirmation.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A Raft node as the gRPC services see it.
+#[derive(Clone)]
+pub struct RaftBackend {
+    /// The openraft handle.
+    pub raft: Raft<TypeConfig, StateStore>,
+    /// The applied state.
+    pub state: StateStore,
+    /// Where applied events fan out to watchers.
+    pub hub: Arc<WatchHub>,
+}
+
+/// This machine's wall clock in Unix ms: the stamp a leader puts on entries.
+pub fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn not_leader(f: &ForwardToLeader<TypeConfig>) -> BackendError {
+    BackendError::NotLeader {
+        leader_id: f.leader_id,
+        leader_addr: f.leader_node.as_ref().map(|n: &BasicNode| n.addr.clone()),
+    }
+}
+
+fn write_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> BackendError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(&f),
+        RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) => BackendError::Indeterminate(
+            "the leader changed after proposing the write; it may or may not have applied".into(),
+        ),
+        RaftError::APIError(other) => BackendError::Unavailable(other.to_string()),
+        RaftError::Fatal(f) => BackendError::Fatal(f.to_string()),
+    }
+}
+
+impl Backend for RaftBackend {
+    async fn write(&self, command: Command) -> Result<Applied, BackendError> {
+        let request = Request {
+            at_ms: wall_clock_ms(),
+            command,
+        };
+        let written = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request))
+            .await
+            .map_err(|_| {
+                BackendError::Indeterminate(format!(
+                    "not committed within {WRITE_TIMEOUT:?}; it may still apply"
+                ))
+            })?
+            .map_err(write_error)?;
+        written
+            .data
+            .applied
+            .ok_or_else(|| BackendError::Fatal("applied entry returned no answer".into()))
+    }
+
+    async fn read<T, F>(&self, consistency: Consistency, f: F) -> Result<T, BackendError>
+    where
+        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if consistency == Consistency::Linearizable {
+            let linearized = tokio::time::timeout(
+                READ_TIMEOUT,
+                self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+            )
+            .await
+            .map_err(|_| BackendError::Unavailable("read not confirmed in time".into()))?;
+            if let Err(e) = linearized {
+                if let Some(f) = e.forward_to_leader() {
+                    return Err(not_leader(f));
+                }
+                return Err(BackendError::Unavailable(e.to_string()));
+            }
+        }
+        Ok(self.state.with_state(f))
+    }
+
+    async fn watch(
+        &self,
+        namespace: Namespace,
+        from_revision: Option<u64>,
+    ) -> Result<WatchStart, BackendError> {
+        let hub = self.hub.clone();
+        Ok(self
+            .state
+            .with_state(move |state| hub.subscribe(state, &namespace, from_revision)))
+    }
+
+    fn leader(&self) -> Option<(u64, String)> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let id = metrics.current_leader?;
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&id)?
+            .clone();
+        Some((id, node.addr))
+    }
+}

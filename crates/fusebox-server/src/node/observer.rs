@@ -1,0 +1,32 @@
+//! What happens on every applied entry besides the state change itself:
+//! watchers are told, metrics are counted.
+
+use crate::metrics::Metrics;
+use crate::watch::WatchHub;
+use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_raft_store::ApplyObserver;
+use std::sync::Arc;
+
+/// Publishes applied events to watchers and counts them.
+pub struct Observer {
+    /// The watch fan-out.
+    pub hub: Arc<WatchHub>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl ApplyObserver for Observer {
+    fn applied(&self, _state: &StateMachine, events: &[WatchEvent]) {
+        for event in events {
+            if let WatchEvent::Breaker { view, .. } = event {
+                Metrics::count(&self.metrics.breaker_transitions, view.state.as_str());
+            }
+        }
+        self.hub.publish(events);
+    }
+
+    fn installed(&self, _state: &StateMachine) {
+        // Revisions may jump past what the hub remembers: watchers resync.
+        self.hub.reset();
+    }
+}

@@ -1,0 +1,335 @@
+//! Starting a node: storage, Raft, the gRPC server, the HTTP endpoints and
+//! the leader's background duties.
+
+use super::backend::RaftBackend;
+use super::cluster::ClusterService;
+use super::config::NodeConfig;
+use super::observer::Observer;
+use crate::backend::Backend;
+use crate::metrics::{self, Metrics};
+use crate::raft::network::Network;
+use crate::raft::service::RaftService;
+use crate::watch::WatchHub;
+use fusebox_core::machine::Command;
+use fusebox_proto::v1::cluster_server::ClusterServer;
+use fusebox_proto::v1::raft_server::RaftServer;
+use fusebox_raft_store::TypeConfig;
+use openraft::async_runtime::WatchReceiver;
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Why a node could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// The configuration is inconsistent.
+    #[error("config: {0}")]
+    Config(String),
+    /// The data directory could not be opened.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// openraft refused to start.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// A listener could not bind.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running node and how to stop it.
+pub struct RunningNode {
+    /// The backend the services use (and tests can use directly).
+    pub backend: RaftBackend,
+    /// Where gRPC listens.
+    pub grpc_addr: SocketAddr,
+    /// Where HTTP listens, if enabled.
+    pub http_addr: Option<SocketAddr>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
+    let t = &config.timing;
+    let raft = Config {
+        cluster_name: config.cluster_id.clone(),
+        heartbeat_interval: t.heartbeat_ms,
+        election_timeout_min: t.election_min_ms,
+        election_timeout_max: t.election_max_ms,
+        install_snapshot_timeout: 60_000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_entries),
+        max_in_snapshot_log_to_keep: t.log_kept_behind_snapshot,
+        purge_batch_size: 256,
+        ..Default::default()
+    };
+    raft.validate()
+        .map_err(|e| StartError::Config(e.to_string()))
+}
+
+/// Opens storage and starts Raft, the servers and the background loops.
+pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
+    config.validate().map_err(StartError::Config)?;
+    let dir = config.data_dir.clone();
+    // Opening reads the disk and may restore a large snapshot: off the workers.
+    let (log_store, state) = tokio::task::spawn_blocking(move || fusebox_raft_store::open(&dir))
+        .await
+        .map_err(|e| StartError::Storage(e.to_string()))?
+        .map_err(|e| StartError::Storage(e.to_string()))?;
+    let hub = Arc::new(WatchHub::new());
+    let metrics = Arc::new(Metrics::new());
+    state.set_observer(Arc::new(Observer {
+        hub: hub.clone(),
+        metrics: metrics.clone(),
+    }));
+    let network = Network {
+        cluster_id: config.cluster_id.clone(),
+        me: config.id,
+    };
+    let raft = Raft::new(
+        config.id,
+        Arc::new(raft_config(&config)?),
+        network,
+        log_store,
+        state.clone(),
+    )
+    .await
+    .map_err(|e| StartError::Raft(e.to_string()))?;
+    let backend = RaftBackend { raft, state, hub };
+    let (stop, stop_rx) = watch::channel(false);
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let grpc_addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let mut tasks = vec![spawn_grpc(
+        &config,
+        &backend,
+        &metrics,
+        listener,
+        stop_rx.clone(),
+    )];
+    let http_addr = match config.http {
+        Some(addr) => {
+            let (task, bound) = spawn_http(addr, metrics.clone(), stop_rx.clone()).await?;
+            tasks.push(task);
+            Some(bound)
+        }
+        None => None,
+    };
+    if !config.join {
+        initialize(&backend, &config).await;
+    }
+    tasks.push(spawn_ticker(
+        backend.clone(),
+        config.timing.tick_ms,
+        stop_rx.clone(),
+    ));
+    tasks.push(spawn_metrics_loop(
+        backend.clone(),
+        metrics.clone(),
+        stop_rx,
+    ));
+    tracing::info!(node = config.id, %grpc_addr, "node started");
+    Ok(RunningNode {
+        backend,
+        grpc_addr,
+        http_addr,
+        metrics,
+        stop,
+        tasks,
+    })
+}
+
+/// Forms the cluster from the static peers if this node's log is empty.
+/// Every initial member does this with the same peers, which openraft allows:
+/// the vote elects one leader.
+async fn initialize(backend: &RaftBackend, config: &NodeConfig) {
+    let members: BTreeMap<u64, BasicNode> = config
+        .peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+        .collect();
+    match backend.raft.is_initialized().await {
+        Ok(true) => {}
+        Ok(false) => {
+            if let Err(e) = backend.raft.initialize(members).await {
+                tracing::info!(error = %e, "initialize skipped");
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "cannot tell whether raft is initialized"),
+    }
+}
+
+fn spawn_grpc(
+    config: &NodeConfig,
+    backend: &RaftBackend,
+    metrics: &Arc<Metrics>,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let raft_service = RaftService {
+        raft: backend.raft.clone(),
+        cluster_id: config.cluster_id.clone(),
+        me: config.id,
+    };
+    let cluster = ClusterService {
+        backend: backend.clone(),
+        me: config.id,
+        cluster_id: config.cluster_id.clone(),
+    };
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let router = tonic::transport::Server::builder()
+        .timeout(Duration::from_secs(30))
+        .add_service(
+            RaftServer::new(raft_service)
+                .max_decoding_message_size(crate::raft::codec::RAFT_PAYLOAD_BYTES_MAX)
+                .max_encoding_message_size(crate::raft::codec::RAFT_PAYLOAD_BYTES_MAX),
+        )
+        .add_service(ClusterServer::new(cluster))
+        .add_service(health_service);
+    let api = crate::api::Services::new(backend.clone());
+    let _ = metrics;
+    let router = router
+        .add_service(api.breakers)
+        .add_service(api.ledger)
+        .add_service(api.policy);
+    tokio::spawn(async move {
+        health_reporter
+            .set_serving::<ClusterServer<ClusterService>>()
+            .await;
+        let incoming = TcpListenerStream::new(listener);
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = router
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "grpc server stopped");
+        }
+    })
+}
+
+async fn spawn_http(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(JoinHandle<()>, SocketAddr), StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let app = metrics::router(metrics);
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "http server stopped");
+        }
+    });
+    Ok((task, bound))
+}
+
+/// The leader proposes a `Tick` now and then, so timers fire even when no
+/// client writes (open periods end, leases lapse, retention purges).
+fn spawn_ticker(backend: RaftBackend, tick_ms: u64, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    every(Duration::from_millis(tick_ms), stop, move || {
+        let backend = backend.clone();
+        async move {
+            if backend.raft.is_leader() {
+                if let Err(e) = backend.write(Command::Tick).await {
+                    tracing::debug!(error = %e, "tick not applied");
+                }
+            }
+        }
+    })
+}
+
+fn spawn_metrics_loop(
+    backend: RaftBackend,
+    metrics: Arc<Metrics>,
+    stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    every(Duration::from_millis(500), stop, move || {
+        let m = backend.raft.metrics().borrow_watched().clone();
+        metrics
+            .term
+            .set(i64::try_from(m.current_term).unwrap_or(i64::MAX));
+        metrics.leader_id.set(
+            m.current_leader
+                .map_or(0, |l| i64::try_from(l).unwrap_or(0)),
+        );
+        let index = |l: Option<u64>| i64::try_from(l.unwrap_or(0)).unwrap_or(i64::MAX);
+        metrics
+            .commit_index
+            .set(index(m.local_committed.map(|l| l.index)));
+        metrics
+            .applied_index
+            .set(index(m.last_applied.map(|l| l.index)));
+        metrics.set_ready(m.current_leader.is_some());
+        async {}
+    })
+}
+
+/// Runs `f` every `period` until `stop` turns true.
+fn every<F, Fut>(period: Duration, mut stop: watch::Receiver<bool>, mut f: F) -> JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = interval.tick() => f().await,
+                _ = stop.changed() => {
+                    if *stop.borrow() {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+}
+
+impl RunningNode {
+    /// Stops serving, shuts Raft down and waits for the background tasks.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.backend.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+}
+
+/// The type config's runtime needs this alias in scope for some helpers.
+pub type NodeRaft = Raft<TypeConfig, fusebox_raft_store::StateStore>;

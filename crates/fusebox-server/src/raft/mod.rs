@@ -1,0 +1,9 @@
+//! Raft between Fusebox nodes: openraft's network over `fusebox.v1.Raft`.
+//!
+//! [`network`] sends (one lazily connected gRPC channel per peer, every call
+//! bounded by openraft's deadline); [`service`] receives, checking the
+//! cluster id, the addressee and the codec version before decoding.
+
+pub mod codec;
+pub mod network;
+pub mod service;

@@ -1,0 +1,201 @@
+//! The sending side of Raft: openraft's network over `fusebox.v1.Raft`.
+//!
+//! One [`Connection`] per peer, created lazily by openraft; the gRPC channel
+//! connects on first use and reconnects by itself. Every call is bounded by
+//! the deadline openraft gives (`soft_ttl`), enforced here because openraft
+//! does not enforce it on appends.
+
+use super::codec::{self, Route};
+use fusebox_proto::v1::raft_client::RaftClient;
+use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
+use fusebox_raft_store::{snapshot_bytes, NodeId, SnapshotData, TypeConfig};
+use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::type_config::alias::{SnapshotOf, VoteOf};
+use openraft::{BasicNode, RaftNetworkV2};
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+/// Bytes per snapshot chunk on the wire.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// How long connecting to a peer may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Builds one connection per peer.
+#[derive(Clone)]
+pub struct Network {
+    /// This cluster's name, stamped on every message.
+    pub cluster_id: String,
+    /// This node.
+    pub me: NodeId,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Connection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Connection {
+        Connection {
+            route: Route {
+                cluster_id: self.cluster_id.clone(),
+                from: self.me,
+                to: target,
+            },
+            addr: node.addr.clone(),
+            client: None,
+        }
+    }
+}
+
+/// A connection to one peer.
+pub struct Connection {
+    route: Route,
+    addr: String,
+    client: Option<RaftClient<Channel>>,
+}
+
+fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::from_string(e.to_string()))
+}
+
+fn network(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::from_string(e.to_string()))
+}
+
+impl Connection {
+    fn client(&mut self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{}", self.addr))
+            .map_err(unreachable)?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let client = RaftClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(codec::RAFT_PAYLOAD_BYTES_MAX)
+            .max_encoding_message_size(codec::RAFT_PAYLOAD_BYTES_MAX);
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Sends one unary message within `ttl` and decodes the answer.
+    async fn call<Req, Resp, F, Fut>(
+        &mut self,
+        req: &Req,
+        ttl: Duration,
+        send: F,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned,
+        F: FnOnce(RaftClient<Channel>, fusebox_proto::v1::RaftMessage) -> Fut,
+        Fut:
+            Future<Output = Result<tonic::Response<fusebox_proto::v1::RaftMessage>, tonic::Status>>,
+    {
+        let message = codec::encode(&self.route, req).map_err(network)?;
+        let client = self.client()?;
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(ttl);
+        let reply = match tokio::time::timeout(ttl, send(client, request.into_inner())).await {
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "no answer from {} in {ttl:?}",
+                    self.addr
+                )))
+            }
+            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
+                return Err(unreachable(status.message()))
+            }
+            Ok(Err(status)) => return Err(network(status.message())),
+            Ok(Ok(reply)) => reply.into_inner(),
+        };
+        codec::decode(&reply.payload).map_err(|s| network(s.message()))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for Connection {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&rpc, option.soft_ttl(), |mut c, m| async move {
+            c.append_entries(m).await
+        })
+        .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&rpc, option.soft_ttl(), |mut c, m| async move {
+            c.vote(m).await
+        })
+        .await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<TypeConfig>,
+        snapshot: SnapshotOf<TypeConfig, SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let chunks = snapshot_chunks(&self.route, &vote, &snapshot).map_err(network)?;
+        let mut client = self.client()?;
+        let ttl = option.hard_ttl();
+        let send = client.install_snapshot(tokio_stream::iter(chunks));
+        let reply = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            r = tokio::time::timeout(ttl, send) => r,
+        };
+        let reply = match reply {
+            Err(_) => return Err(unreachable(format!("snapshot not taken in {ttl:?}")).into()),
+            Ok(Err(status)) => return Err(network(status.message()).into()),
+            Ok(Ok(reply)) => reply.into_inner(),
+        };
+        codec::decode(&reply.payload).map_err(|s| network(s.message()).into())
+    }
+}
+
+/// Splits a snapshot into begin, data and end chunks.
+fn snapshot_chunks(
+    route: &Route,
+    vote: &VoteOf<TypeConfig>,
+    snapshot: &SnapshotOf<TypeConfig, SnapshotData>,
+) -> Result<Vec<SnapshotChunk>, serde_json::Error> {
+    let bytes = snapshot_bytes(&snapshot.snapshot);
+    let begin = SnapshotBegin {
+        header: Some(route.header()),
+        vote: serde_json::to_vec(vote)?,
+        meta: serde_json::to_vec(&snapshot.meta)?,
+        total_bytes: bytes.len() as u64,
+    };
+    let mut chunks = vec![SnapshotChunk {
+        chunk: Some(snapshot_chunk::Chunk::Begin(begin)),
+    }];
+    for (i, piece) in bytes.chunks(SNAPSHOT_CHUNK_BYTES).enumerate() {
+        let data = fusebox_proto::v1::SnapshotData {
+            offset: (i * SNAPSHOT_CHUNK_BYTES) as u64,
+            data: piece.to_vec(),
+        };
+        chunks.push(SnapshotChunk {
+            chunk: Some(snapshot_chunk::Chunk::Data(data)),
+        });
+    }
+    let end = SnapshotEnd {
+        sha256: Sha256::digest(bytes).to_vec(),
+    };
+    chunks.push(SnapshotChunk {
+        chunk: Some(snapshot_chunk::Chunk::End(end)),
+    });
+    Ok(chunks)
+}

@@ -1,0 +1,148 @@
+//! The receiving side of Raft: `fusebox.v1.Raft` handed to openraft.
+
+use super::codec;
+use fusebox_proto::v1::raft_server::Raft as RaftRpc;
+use fusebox_proto::v1::{snapshot_chunk, RaftMessage, SnapshotChunk};
+use fusebox_raft_store::{snapshot_data, StateStore, TypeConfig};
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
+use openraft::{Raft, Snapshot};
+use sha2::{Digest, Sha256};
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Largest snapshot a node accepts, in bytes.
+pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+
+/// Serves peers' Raft messages to the local openraft instance.
+#[derive(Clone)]
+pub struct RaftService {
+    /// The local Raft instance.
+    pub raft: Raft<TypeConfig, StateStore>,
+    /// This cluster's name; other clusters' messages are refused.
+    pub cluster_id: String,
+    /// This node's id; messages for another node are refused.
+    pub me: u64,
+}
+
+fn fatal(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("raft stopped: {e}"))
+}
+
+impl RaftService {
+    fn reply<T: serde::Serialize>(&self, value: &T) -> Result<Response<RaftMessage>, Status> {
+        let payload = serde_json::to_vec(value)
+            .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
+        Ok(Response::new(RaftMessage {
+            header: None,
+            payload,
+        }))
+    }
+
+    fn open(&self, message: &RaftMessage) -> Result<(), Status> {
+        codec::check_header(message.header.as_ref(), &self.cluster_id, self.me)
+    }
+}
+
+#[tonic::async_trait]
+impl RaftRpc for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let message = request.into_inner();
+        self.open(&message)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = codec::decode(&message.payload)?;
+        let resp = self.raft.append_entries(rpc).await.map_err(fatal)?;
+        self.reply(&resp)
+    }
+
+    async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let message = request.into_inner();
+        self.open(&message)?;
+        let rpc: VoteRequest<TypeConfig> = codec::decode(&message.payload)?;
+        let resp = self.raft.vote(rpc).await.map_err(fatal)?;
+        self.reply(&resp)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let (vote, meta, bytes) = self.receive_snapshot(request.into_inner()).await?;
+        let snapshot = Snapshot {
+            meta,
+            snapshot: snapshot_data(bytes),
+        };
+        let resp = self
+            .raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(fatal)?;
+        self.reply(&resp)
+    }
+
+    async fn transfer_leader(
+        &self,
+        _request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        Err(Status::unimplemented("leader transfer is not offered yet"))
+    }
+}
+
+impl RaftService {
+    /// Collects begin, contiguous data and end chunks, checking bounds and
+    /// the checksum, before anything reaches openraft.
+    async fn receive_snapshot(
+        &self,
+        mut stream: Streaming<SnapshotChunk>,
+    ) -> Result<(VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>), Status> {
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+        let Some(snapshot_chunk::Chunk::Begin(begin)) = first.chunk else {
+            return Err(Status::invalid_argument(
+                "snapshot stream must start with begin",
+            ));
+        };
+        codec::check_header(begin.header.as_ref(), &self.cluster_id, self.me)?;
+        if begin.total_bytes > SNAPSHOT_BYTES_MAX {
+            return Err(Status::resource_exhausted(format!(
+                "snapshot of {} bytes, at most {SNAPSHOT_BYTES_MAX}",
+                begin.total_bytes
+            )));
+        }
+        let vote = codec::decode(&begin.vote)?;
+        let meta = codec::decode(&begin.meta)?;
+        let total = usize::try_from(begin.total_bytes)
+            .map_err(|_| Status::resource_exhausted("snapshot too large for this node"))?;
+        let mut bytes = Vec::with_capacity(total.min(64 * 1024 * 1024));
+        while let Some(chunk) = stream.next().await {
+            match chunk?.chunk {
+                Some(snapshot_chunk::Chunk::Data(d)) => {
+                    if d.offset != bytes.len() as u64 || bytes.len() + d.data.len() > total {
+                        return Err(Status::invalid_argument(
+                            "snapshot chunk out of order or beyond its size",
+                        ));
+                    }
+                    bytes.extend_from_slice(&d.data);
+                }
+                Some(snapshot_chunk::Chunk::End(end)) => {
+                    if bytes.len() != total
+                        || Sha256::digest(&bytes).as_slice() != end.sha256.as_slice()
+                    {
+                        return Err(Status::data_loss(
+                            "snapshot incomplete or checksum mismatch",
+                        ));
+                    }
+                    return Ok((vote, meta, bytes));
+                }
+                _ => return Err(Status::invalid_argument("unexpected snapshot chunk")),
+            }
+        }
+        Err(Status::invalid_argument(
+            "snapshot stream ended before its end chunk",
+        ))
+    }
+}

@@ -1,0 +1,164 @@
+//! Watch streams: snapshot-then-changes, resumable by revision.
+//!
+//! Every applied command's [`WatchEvent`]s are published here, in revision
+//! order, while the state lock is held; subscribing takes the same lock, so a
+//! subscriber's snapshot and its live events neither overlap nor leave a gap.
+//! The hub keeps the last [`WATCH_HISTORY_MAX`] events so a client that
+//! reconnects with its last revision gets only what it missed; older
+//! revisions get a fresh snapshot, flagged `resync_required`.
+
+use fusebox_core::breaker::BreakerView;
+use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_core::Namespace;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use tokio::sync::broadcast;
+
+/// Events kept for resuming watchers.
+pub const WATCH_HISTORY_MAX: usize = 16_384;
+/// Live events buffered per subscriber before it lags and must resync.
+pub const WATCH_CHANNEL_CAPACITY: usize = 4_096;
+
+/// A namespace's watchable state at one revision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchSnapshot {
+    /// The revision the snapshot reflects.
+    pub revision: u64,
+    /// Every breaker of the namespace.
+    pub breakers: Vec<BreakerView>,
+    /// The policy version in force (0: built-in defaults).
+    pub policy_version: u64,
+    /// Whether the write kill switch is thrown.
+    pub writes_blocked: bool,
+}
+
+impl WatchSnapshot {
+    /// Reads a namespace's snapshot from the state.
+    pub fn of(state: &StateMachine, namespace: &Namespace) -> Self {
+        let breakers = state
+            .breakers_in(namespace)
+            .map(|(key, _)| state.view(key))
+            .collect();
+        let ns = state.namespace(namespace);
+        WatchSnapshot {
+            revision: state.revision(),
+            breakers,
+            policy_version: ns.map_or(0, |n| n.policy_version()),
+            writes_blocked: ns.is_some_and(|n| n.writes_blocked()),
+        }
+    }
+}
+
+/// What a new subscriber starts from.
+#[derive(Debug)]
+pub struct WatchStart {
+    /// The namespace watched.
+    pub namespace: Namespace,
+    /// A full snapshot, when starting fresh or when the revision was too old.
+    pub snapshot: Option<WatchSnapshot>,
+    /// The requested revision was older than the hub remembers.
+    pub resync_required: bool,
+    /// Missed events of this namespace after the requested revision.
+    pub backlog: Vec<WatchEvent>,
+    /// Live events of every namespace; filter by namespace. A lagged
+    /// receiver must resubscribe from its last revision.
+    pub events: broadcast::Receiver<WatchEvent>,
+}
+
+/// Fans applied events out to watchers and remembers recent ones.
+pub struct WatchHub {
+    history: Mutex<VecDeque<WatchEvent>>,
+    tx: broadcast::Sender<WatchEvent>,
+}
+
+impl Default for WatchHub {
+    fn default() -> Self {
+        let (tx, _) = broadcast::channel(WATCH_CHANNEL_CAPACITY);
+        WatchHub {
+            history: Mutex::new(VecDeque::new()),
+            tx,
+        }
+    }
+}
+
+impl WatchHub {
+    /// An empty hub.
+    pub fn new() -> Self {
+        WatchHub::default()
+    }
+
+    /// Publishes applied events; call with the state lock held.
+    pub fn publish(&self, events: &[WatchEvent]) {
+        if events.is_empty() {
+            return;
+        }
+        if let Ok(mut history) = self.history.lock() {
+            for event in events {
+                if history.len() >= WATCH_HISTORY_MAX {
+                    history.pop_front();
+                }
+                history.push_back(event.clone());
+            }
+        }
+        for event in events {
+            // No receivers is fine: nobody is watching.
+            let _ = self.tx.send(event.clone());
+        }
+    }
+
+    /// Forgets history (after installing a snapshot, revisions may jump).
+    pub fn reset(&self) {
+        if let Ok(mut history) = self.history.lock() {
+            history.clear();
+        }
+    }
+
+    /// Subscribes; call with the state lock held so nothing slips between.
+    pub fn subscribe(
+        &self,
+        state: &StateMachine,
+        namespace: &Namespace,
+        from_revision: Option<u64>,
+    ) -> WatchStart {
+        let events = self.tx.subscribe();
+        let backlog = from_revision.and_then(|r| self.backlog_after(state, namespace, r));
+        let resync_required = from_revision.is_some() && backlog.is_none();
+        let snapshot = backlog
+            .is_none()
+            .then(|| WatchSnapshot::of(state, namespace));
+        WatchStart {
+            namespace: namespace.clone(),
+            snapshot,
+            resync_required,
+            backlog: backlog.unwrap_or_default(),
+            events,
+        }
+    }
+
+    /// Events of `namespace` after `revision`, or `None` if some were forgotten.
+    fn backlog_after(
+        &self,
+        state: &StateMachine,
+        namespace: &Namespace,
+        revision: u64,
+    ) -> Option<Vec<WatchEvent>> {
+        if revision > state.revision() {
+            return None;
+        }
+        if revision == state.revision() {
+            return Some(Vec::new());
+        }
+        let history = self.history.lock().ok()?;
+        let oldest = history.front()?.revision();
+        if oldest > revision + 1 {
+            return None;
+        }
+        Some(
+            history
+                .iter()
+                .filter(|e| e.revision() > revision && e.namespace() == namespace)
+                .cloned()
+                .collect(),
+        )
+    }
+}

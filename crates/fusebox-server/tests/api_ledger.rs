@@ -1,0 +1,340 @@
+//! The Ledger service over gRPC: the five begin answers as OK bodies,
+//! completion, linearizable lookup, listing, resolution, and the statuses
+//! chosen for what the ledger refuses.
+
+#![allow(clippy::unwrap_used)]
+
+mod api_support;
+
+use api_support::{assert_status, invalid_field, local, meta, within};
+use fusebox_proto::v1::begin_response::Outcome as Begun;
+use fusebox_proto::v1::complete_request::Outcome as Done;
+use fusebox_proto::v1::ledger_client::LedgerClient;
+use fusebox_proto::v1::*;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const NS: &str = "fleet-a";
+
+fn begin(key: &str, attempt: &str, fingerprint: &[u8]) -> BeginRequest {
+    BeginRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        key: key.into(),
+        fingerprint: fingerprint.to_vec(),
+        intent_id: "intent-1".into(),
+        server: "payments".into(),
+        tool: "refund".into(),
+        target: "order-42".into(),
+        effect: Effect::NonIdempotentWrite as i32,
+        attempt_id: attempt.into(),
+        lease_ms: 30_000,
+    }
+}
+
+fn complete(key: &str, attempt: &str, outcome: Done) -> CompleteRequest {
+    CompleteRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        key: key.into(),
+        attempt_id: attempt.into(),
+        outcome: Some(outcome),
+    }
+}
+
+async fn begun(client: &mut LedgerClient<Channel>, request: BeginRequest) -> Begun {
+    within(client.begin(request))
+        .await
+        .unwrap()
+        .into_inner()
+        .outcome
+        .unwrap()
+}
+
+#[tokio::test]
+async fn begin_answers_started_in_progress_replay_and_mismatch_in_the_body() {
+    let (_, node) = local().await;
+    let mut ledger = node.ledger;
+
+    let Begun::Started(started) = begun(&mut ledger, begin("k1", "a1", b"fp")).await else {
+        panic!("first begin must start");
+    };
+    assert_eq!(started.attempt_id, "a1");
+    assert!(started.lease_until_ms > 0, "started carries the lease");
+
+    let Begun::InProgress(busy) = begun(&mut ledger, begin("k1", "a2", b"fp")).await else {
+        panic!("second attempt must see the live lease");
+    };
+    assert_eq!(busy.holder_attempt_id, "a1");
+
+    let done = Done::Succeeded(CompleteSucceeded {
+        operation_id: "op-9".into(),
+        result: b"refunded".to_vec(),
+    });
+    let record = within(ledger.complete(complete("k1", "a1", done)))
+        .await
+        .unwrap()
+        .into_inner()
+        .record
+        .unwrap();
+    assert_eq!(record.status, LedgerStatus::Succeeded as i32);
+
+    let Begun::Completed(replay) = begun(&mut ledger, begin("k1", "a3", b"fp")).await else {
+        panic!("a completed key replays");
+    };
+    assert!(replay.replayed);
+    let stored = replay.record.unwrap();
+    assert_eq!(stored.result.as_deref(), Some(&b"refunded"[..]));
+    assert_eq!(stored.operation_id.as_deref(), Some("op-9"));
+    assert_eq!(stored.fingerprint, b"fp".to_vec());
+
+    let Begun::Mismatch(mismatch) = begun(&mut ledger, begin("k1", "a4", b"other")).await else {
+        panic!("another fingerprint under the same key is a mismatch");
+    };
+    assert_eq!(mismatch.stored_fingerprint, b"fp".to_vec());
+}
+
+#[tokio::test]
+async fn an_ambiguous_write_is_found_by_lookup_and_list_and_resolved_once() {
+    let (_, node) = local().await;
+    let mut ledger = node.ledger;
+    begun(&mut ledger, begin("k2", "a1", b"fp")).await;
+    let lost = Done::Ambiguous(CompleteAmbiguous {
+        reason: "timed out after sending".into(),
+    });
+    within(ledger.complete(complete("k2", "a1", lost)))
+        .await
+        .unwrap();
+
+    let Begun::Ambiguous(ambiguous) = begun(&mut ledger, begin("k2", "a2", b"fp")).await else {
+        panic!("an ambiguous key must not start again");
+    };
+    assert_eq!(
+        ambiguous.record.unwrap().status,
+        LedgerStatus::Ambiguous as i32
+    );
+
+    let lookup = LookupRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        key: "k2".into(),
+    };
+    let found = within(ledger.lookup(lookup)).await.unwrap().into_inner();
+    let found = found.record.unwrap();
+    assert_eq!(found.status, LedgerStatus::Ambiguous as i32);
+    assert!(found.ambiguity_reason.unwrap().contains("timed out"));
+
+    let list = ListRecordsRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        status: Some(LedgerStatus::Ambiguous as i32),
+        ..Default::default()
+    };
+    let listed = within(ledger.list(list)).await.unwrap().into_inner();
+    assert_eq!(listed.records.len(), 1);
+    assert_eq!(listed.records[0].key, "k2");
+
+    let resolve = ResolveRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        key: "k2".into(),
+        decision: ResolutionDecision::Done as i32,
+        operation_id: Some("op-found".into()),
+        actor: "oncall".into(),
+        note: "found the refund in the backend".into(),
+    };
+    let resolved = within(ledger.resolve(resolve.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    let resolved = resolved.record.unwrap();
+    assert_eq!(resolved.status, LedgerStatus::Succeeded as i32);
+    assert_eq!(resolved.resolution.unwrap().actor, "oncall");
+
+    let again = within(ledger.resolve(resolve)).await.unwrap_err();
+    assert_status(
+        &again,
+        Code::FailedPrecondition,
+        ErrorCode::InvalidState,
+        "only an ambiguous record",
+    );
+}
+
+#[tokio::test]
+async fn complete_and_lookup_refusals_carry_their_codes() {
+    let (_, node) = local().await;
+    let mut ledger = node.ledger;
+    let unknown = within(ledger.lookup(LookupRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        key: "never".into(),
+    }))
+    .await
+    .unwrap_err();
+    assert_status(
+        &unknown,
+        Code::NotFound,
+        ErrorCode::NotFound,
+        "no ledger record",
+    );
+
+    let fail = || {
+        Done::Failed(CompleteFailed {
+            reason: "declined".into(),
+        })
+    };
+    let missing = within(ledger.complete(complete("never", "a1", fail())))
+        .await
+        .unwrap_err();
+    assert_status(&missing, Code::NotFound, ErrorCode::NotFound, "never");
+
+    begun(&mut ledger, begin("k3", "a1", b"fp")).await;
+    let stranger = within(ledger.complete(complete("k3", "intruder", fail())))
+        .await
+        .unwrap_err();
+    assert_status(
+        &stranger,
+        Code::FailedPrecondition,
+        ErrorCode::Stale,
+        "attempt_id",
+    );
+
+    let huge = Done::Succeeded(CompleteSucceeded {
+        operation_id: "op".into(),
+        result: vec![0; 16 * 1024 + 1],
+    });
+    let too_big = within(ledger.complete(complete("k3", "a1", huge)))
+        .await
+        .unwrap_err();
+    assert_status(
+        &too_big,
+        Code::ResourceExhausted,
+        ErrorCode::LimitReached,
+        "stored_result_bytes_max",
+    );
+
+    let list_unknown = within(ledger.list(ListRecordsRequest {
+        namespace: "nobody-here".into(),
+        ..Default::default()
+    }))
+    .await
+    .unwrap_err();
+    assert_status(
+        &list_unknown,
+        Code::NotFound,
+        ErrorCode::NotFound,
+        "nobody-here",
+    );
+}
+
+#[tokio::test]
+async fn invalid_inputs_name_the_field() {
+    let (_, node) = local().await;
+    let mut ledger = node.ledger;
+    let cases: Vec<(BeginRequest, &str)> = vec![
+        (begin(&"k".repeat(257), "a", b"fp"), "key"),
+        (begin("k", "a", b""), "fingerprint"),
+        (begin("k", "", b"fp"), "attempt_id"),
+        (
+            BeginRequest {
+                lease_ms: 0,
+                ..begin("k", "a", b"fp")
+            },
+            "lease_ms",
+        ),
+        (
+            BeginRequest {
+                namespace: "has space".into(),
+                ..begin("k", "a", b"fp")
+            },
+            "namespace",
+        ),
+        (
+            BeginRequest {
+                tool: "a/b".into(),
+                ..begin("k", "a", b"fp")
+            },
+            "tool",
+        ),
+        (
+            BeginRequest {
+                effect: 42,
+                ..begin("k", "a", b"fp")
+            },
+            "effect",
+        ),
+    ];
+    for (request, field) in cases {
+        let status = within(ledger.begin(request)).await.unwrap_err();
+        assert_eq!(invalid_field(&status), field, "{status:?}");
+    }
+    let no_outcome = CompleteRequest {
+        outcome: None,
+        ..complete("k", "a", Done::Failed(CompleteFailed::default()))
+    };
+    let status = within(ledger.complete(no_outcome)).await.unwrap_err();
+    assert_eq!(invalid_field(&status), "outcome");
+}
+
+#[tokio::test]
+async fn the_kill_switch_blocks_write_begins_but_not_reads() {
+    let (_, node) = local().await;
+    let (mut ledger, mut policy) = (node.ledger, node.policy);
+    within(policy.set_kill_switch(SetKillSwitchRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        writes_blocked: true,
+        reason: "incident 7".into(),
+        actor: "oncall".into(),
+    }))
+    .await
+    .unwrap();
+    let blocked = within(ledger.begin(begin("k4", "a1", b"fp")))
+        .await
+        .unwrap_err();
+    assert_status(
+        &blocked,
+        Code::FailedPrecondition,
+        ErrorCode::WritesBlocked,
+        "incident 7",
+    );
+
+    let read = BeginRequest {
+        effect: Effect::ReadOnly as i32,
+        ..begin("k5", "a1", b"fp")
+    };
+    assert!(matches!(begun(&mut ledger, read).await, Begun::Started(_)));
+}
+
+#[tokio::test]
+async fn listing_pages_through_every_record_once() {
+    let (_, node) = local().await;
+    let mut ledger = node.ledger;
+    for i in 0..5 {
+        begun(&mut ledger, begin(&format!("page-{i}"), "a", b"fp")).await;
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    for _ in 0..10 {
+        let page = within(ledger.list(ListRecordsRequest {
+            namespace: NS.into(),
+            intent_id: Some("intent-1".into()),
+            page_token: token.clone(),
+            limit: 2,
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+        assert!(page.records.len() <= 2);
+        seen.extend(page.records.into_iter().map(|r| r.key));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..5).map(|i| format!("page-{i}")).collect::<Vec<_>>()
+    );
+}
