@@ -14,10 +14,15 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
     /// Cluster members to try, in order: `HOST:PORT,HOST:PORT`.
-    #[arg(long, env = "FUSEBOX_ENDPOINTS", default_value = "127.0.0.1:7600")]
+    #[arg(
+        long,
+        global = true,
+        env = "FUSEBOX_ENDPOINTS",
+        default_value = "127.0.0.1:7600"
+    )]
     pub endpoints: String,
     /// Print JSON instead of tables.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 

@@ -38,6 +38,18 @@ pub enum CoreError {
         /// The name or id given.
         name: String,
     },
+    /// The namespace's write kill switch is thrown: no write may begin.
+    #[error("writes are blocked in namespace {namespace} by {actor}: {reason}")]
+    WritesBlocked {
+        /// The namespace.
+        namespace: String,
+        /// Who threw the switch.
+        actor: String,
+        /// Why.
+        reason: String,
+        /// When it was thrown, in Unix ms.
+        since_ms: u64,
+    },
     /// A snapshot could not be encoded or decoded.
     #[error("snapshot: {0}")]
     Snapshot(String),

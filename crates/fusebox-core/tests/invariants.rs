@@ -1268,7 +1268,9 @@ impl<'a> Run<'a> {
         let event = match (command, answer) {
             (
                 Command::Begin { namespace, request },
-                Answer::Begin(BeginAnswer::Started { attempt, takeover }),
+                Answer::Begin(BeginAnswer::Started {
+                    attempt, takeover, ..
+                }),
             ) => {
                 let record = self.sm.ledger().get(namespace, &request.key);
                 self.stats.takeovers += usize::from(*takeover);

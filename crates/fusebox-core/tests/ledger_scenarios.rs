@@ -106,7 +106,8 @@ fn begin_answers_started_then_in_progress_to_another_attempt() {
         a,
         BeginAnswer::Started {
             attempt: "a1".into(),
-            takeover: false
+            takeover: false,
+            lease_until: Timestamp(10_000)
         }
     );
     let b = begin(
@@ -195,7 +196,8 @@ fn failed_before_execution_releases_the_key() {
         again,
         BeginAnswer::Started {
             attempt: "a2".into(),
-            takeover: false
+            takeover: false,
+            lease_until: Timestamp(10_002)
         }
     );
     assert_eq!(sm.ledger().get(&ns(), "k").unwrap().attempts, 2);
@@ -331,7 +333,8 @@ fn a_lapsed_lease_on_an_idempotent_write_may_be_taken_over() {
         b,
         BeginAnswer::Started {
             attempt: "a2".into(),
-            takeover: true
+            takeover: true,
+            lease_until: Timestamp(20_000)
         }
     );
     let stale = complete(&mut sm, "k", "a1", succeeded("op-1"), 10_001);
@@ -518,4 +521,43 @@ fn oversized_input_is_refused_without_touching_state() {
         Answer::Rejected(_)
     ));
     assert_eq!(status(&sm, "k", 1), Status::InProgress);
+}
+
+#[test]
+fn the_kill_switch_refuses_write_begins_in_log_order() {
+    let mut sm = StateMachine::new();
+    let throw = Command::SetKillSwitch {
+        namespace: ns(),
+        writes_blocked: true,
+        actor: "alice".into(),
+        reason: "incident INC-7".into(),
+    };
+    sm.apply(&throw, Timestamp(0));
+    let cmd = Command::Begin {
+        namespace: ns(),
+        request: begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+    };
+    match sm.apply(&cmd, Timestamp(1)).answer {
+        Answer::Rejected(fusebox_core::CoreError::WritesBlocked { actor, reason, .. }) => {
+            assert_eq!(
+                (actor.as_str(), reason.as_str()),
+                ("alice", "incident INC-7")
+            );
+        }
+        other => panic!("expected writes_blocked, got {other:?}"),
+    }
+    assert!(sm.ledger().get(&ns(), "k").is_none(), "nothing was begun");
+    let lift = Command::SetKillSwitch {
+        namespace: ns(),
+        writes_blocked: false,
+        actor: "alice".into(),
+        reason: "resolved".into(),
+    };
+    sm.apply(&lift, Timestamp(2));
+    let again = begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        3,
+    );
+    assert!(matches!(again, BeginAnswer::Started { .. }));
 }

@@ -9,6 +9,9 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use fusebox_core::breaker::ProbeAnswer;
+use fusebox_core::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer};
+use fusebox_core::machine::Answer;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -43,8 +46,6 @@ pub struct Metrics {
     pub ledger_answers: Family<KindLabel, Counter>,
     /// Probe permits granted.
     pub probe_grants: Counter,
-    /// Calls rejected by breakers, as replicas reported (would-reject in shadow).
-    pub rejects: Counter,
     /// Outcomes per report batch.
     pub report_batch_size: Histogram,
     /// Time from proposing a write to its answer, in seconds.
@@ -70,7 +71,6 @@ impl Metrics {
             breaker_transitions: Family::default(),
             ledger_answers: Family::default(),
             probe_grants: Counter::default(),
-            rejects: Counter::default(),
             report_batch_size: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
             write_latency_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             ready: AtomicBool::new(false),
@@ -107,7 +107,6 @@ impl Metrics {
             "Probe permits granted",
             m.probe_grants.clone(),
         );
-        r.register("rejects", "Calls rejected by breakers", m.rejects.clone());
         r.register(
             "report_batch_size",
             "Outcomes per report batch",
@@ -135,6 +134,21 @@ impl Metrics {
         out
     }
 
+    /// Counts what one applied write tells: its latency, the ledger answer,
+    /// a probe grant, a report batch's size.
+    pub fn observe_write(&self, report_batch: Option<usize>, answer: &Answer, seconds: f64) {
+        self.write_latency_seconds.observe(seconds);
+        if let Some(outcomes) = report_batch {
+            self.report_batch_size.observe(outcomes as f64);
+        }
+        if let Some(kind) = ledger_answer(answer) {
+            Metrics::count(&self.ledger_answers, kind);
+        }
+        if matches!(answer, Answer::Probe(ProbeAnswer::Granted { .. })) {
+            self.probe_grants.inc();
+        }
+    }
+
     /// Counts a labelled event.
     pub fn count(family: &Family<KindLabel, Counter>, kind: &str) {
         family
@@ -143,6 +157,25 @@ impl Metrics {
             })
             .inc();
     }
+}
+
+/// The label of a ledger answer, if `answer` is one.
+fn ledger_answer(answer: &Answer) -> Option<&'static str> {
+    Some(match answer {
+        Answer::Begin(BeginAnswer::Started { .. }) => "begin_started",
+        Answer::Begin(BeginAnswer::InProgress { .. }) => "begin_in_progress",
+        Answer::Begin(BeginAnswer::Completed { .. }) => "begin_completed",
+        Answer::Begin(BeginAnswer::Mismatch { .. }) => "begin_mismatch",
+        Answer::Begin(BeginAnswer::Ambiguous { .. }) => "begin_ambiguous",
+        Answer::Complete(CompleteAnswer::Recorded { .. }) => "complete_recorded",
+        Answer::Complete(CompleteAnswer::AlreadyRecorded { .. }) => "complete_already_recorded",
+        Answer::Complete(CompleteAnswer::Conflict { .. }) => "complete_conflict",
+        Answer::Complete(CompleteAnswer::NotFound) => "complete_not_found",
+        Answer::Resolve(ResolveAnswer::Resolved { .. }) => "resolve_resolved",
+        Answer::Resolve(ResolveAnswer::NotAmbiguous { .. }) => "resolve_not_ambiguous",
+        Answer::Resolve(ResolveAnswer::NotFound) => "resolve_not_found",
+        _ => return None,
+    })
 }
 
 /// The HTTP routes for metrics and health.

@@ -19,6 +19,8 @@ pub enum BeginAnswer {
         attempt: String,
         /// It took over an idempotent write whose earlier lease lapsed.
         takeover: bool,
+        /// When the attempt's lease lapses unless it completes.
+        lease_until: Timestamp,
     },
     /// Another attempt holds a live lease (409-like): wait, do not call.
     InProgress {
@@ -138,18 +140,29 @@ fn restart(mut record: Record, req: &BeginRequest, now: Timestamp) -> Record {
     record
 }
 
+/// The `started` answer for the attempt that holds `record`.
+fn started(record: &Record, takeover: bool) -> BeginAnswer {
+    BeginAnswer::Started {
+        attempt: record.attempt.clone(),
+        takeover,
+        lease_until: record.lease_until.unwrap_or(record.updated_at),
+    }
+}
+
+/// Stores `record` and answers `started` for its holder.
+fn stored_started(record: Record, takeover: bool) -> (Option<Record>, BeginAnswer) {
+    let answer = started(&record, takeover);
+    (Some(record), answer)
+}
+
 /// `begin`: returns the record to store (if it changed) and the answer.
 pub fn begin(
     existing: Option<Record>,
     req: &BeginRequest,
     now: Timestamp,
 ) -> (Option<Record>, BeginAnswer) {
-    let started = |takeover| BeginAnswer::Started {
-        attempt: req.attempt.clone(),
-        takeover,
-    };
     let Some(mut record) = existing else {
-        return (Some(fresh(req, now)), started(false));
+        return stored_started(fresh(req, now), false);
     };
     if record.fingerprint != req.fingerprint {
         let stored_fingerprint = record.fingerprint.clone();
@@ -158,19 +171,18 @@ pub fn begin(
     let expired = expire(&mut record, now);
     let changed = expired.then(|| record.clone());
     match record.status {
-        Status::Released => (Some(restart(record, req, now)), started(false)),
+        Status::Released => stored_started(restart(record, req, now), false),
         Status::InProgress if record.attempt == req.attempt => {
             // A retried `begin` from the holder itself: same answer again,
             // with its lease renewed if it had lapsed (idempotent writes
             // only; a lapsed non-idempotent lease is already ambiguous).
             let lapsed = record.lease_until.is_none_or(|until| now >= until);
             if lapsed {
-                let mut renewed = record;
-                renewed.lease_until = Some(now.plus_ms(req.lease_ms));
-                renewed.updated_at = now;
-                return (Some(renewed), started(false));
+                record.lease_until = Some(now.plus_ms(req.lease_ms));
+                record.updated_at = now;
+                return stored_started(record, false);
             }
-            (changed, started(false))
+            (changed, started(&record, false))
         }
         Status::InProgress => match record.lease_until {
             Some(until) if now < until => {
@@ -182,7 +194,7 @@ pub fn begin(
             }
             // Lapsed lease on an idempotent write: the backend dedups by key,
             // so a new attempt may take it over.
-            _ => (Some(restart(record, req, now)), started(true)),
+            _ => stored_started(restart(record, req, now), true),
         },
         Status::Ambiguous => {
             let answer = BeginAnswer::Ambiguous {

@@ -12,10 +12,11 @@ use crate::limits::{
 };
 use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
-use crate::policy::{BreakerPolicy, PolicyDocument, Scope, ToolPolicy};
+use crate::policy::{BreakerPolicy, EffectClass, PolicyDocument, Scope, ToolPolicy};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
 
 /// The whole replicated state: namespaces, breakers and the ledger.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -76,17 +77,17 @@ impl StateMachine {
     }
 
     /// The policy document in force in a namespace (defaults if none).
-    pub fn policy_document(&self, ns: &Namespace) -> PolicyDocument {
+    pub fn policy_document(&self, ns: &Namespace) -> &PolicyDocument {
+        static DEFAULTS: LazyLock<PolicyDocument> = LazyLock::new(PolicyDocument::default);
         self.namespaces
             .get(ns)
             .and_then(|n| n.policy())
-            .map(|p| p.document.clone())
-            .unwrap_or_default()
+            .map_or(&*DEFAULTS, |p| &p.document)
     }
 
     /// The breaker policy in force for a key.
     pub fn breaker_policy(&self, key: &BreakerKey) -> BreakerPolicy {
-        breaker_policy_in(&self.policy_document(&key.namespace), key)
+        breaker_policy_in(self.policy_document(&key.namespace), key)
     }
 
     /// A breaker as replicas see it (closed at generation 0 if never seen).
@@ -124,8 +125,8 @@ impl StateMachine {
             } => self.report(namespace, replica, outcomes, now, events),
             Command::AcquireProbe { key, replica } => {
                 let policy = self.breaker_policy(key);
-                let answer = self
-                    .with_breaker(key, now, events, |b| b.acquire_probe(&policy, now, replica))?;
+                let answer =
+                    self.with_breaker(key, events, |b| b.acquire_probe(&policy, now, replica))?;
                 Ok(Answer::Probe(answer))
             }
             Command::ReleaseProbe {
@@ -136,7 +137,7 @@ impl StateMachine {
             } => {
                 let policy = self.breaker_policy(key);
                 let verdict = verdict_for(key, *outcome, &policy);
-                let result = self.with_breaker(key, now, events, |b| {
+                let result = self.with_breaker(key, events, |b| {
                     b.release_probe(&policy, now, *permit_id, *generation, verdict)
                 })?;
                 Ok(Answer::ProbeReleased(result))
@@ -149,6 +150,7 @@ impl StateMachine {
             } => self.operate(key, action, actor, reason, now, events),
             Command::Begin { namespace, request } => {
                 request.validate()?;
+                self.check_writes_allowed(namespace, request.effect)?;
                 self.touch_namespace(namespace)?;
                 Ok(Answer::Begin(self.ledger.begin(namespace, request, now)?))
             }
@@ -183,6 +185,21 @@ impl StateMachine {
         }
     }
 
+    /// Refuses to begin a write while the namespace's kill switch is
+    /// thrown; decided here, in log order, so no write slips past a switch.
+    fn check_writes_allowed(&self, ns: &Namespace, effect: EffectClass) -> Result<(), CoreError> {
+        let switch = self.namespaces.get(ns).and_then(|n| n.kill_switch.as_ref());
+        match switch {
+            Some(k) if k.writes_blocked && effect.is_write() => Err(CoreError::WritesBlocked {
+                namespace: ns.to_string(),
+                actor: k.actor.clone(),
+                reason: k.reason.clone(),
+                since_ms: k.at.as_millis(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Creates the namespace on first use, within [`NAMESPACES_MAX`].
     fn touch_namespace(&mut self, ns: &Namespace) -> Result<&mut NamespaceState, CoreError> {
         if !self.namespaces.contains_key(ns) && self.namespaces.len() >= NAMESPACES_MAX {
@@ -196,7 +213,6 @@ impl StateMachine {
     fn with_breaker<T>(
         &mut self,
         key: &BreakerKey,
-        now: Timestamp,
         events: &mut Vec<WatchEvent>,
         f: impl FnOnce(&mut Breaker) -> T,
     ) -> Result<T, CoreError> {
@@ -234,13 +250,12 @@ impl StateMachine {
         debug_assert!(breaker.generation() >= generation, "generations only grow");
         if breaker.generation() != generation {
             self.revision += 1;
-            let policy = breaker_policy_in(&self.policy_document(&key.namespace), key);
+            let policy = breaker_policy_in(self.policy_document(&key.namespace), key);
             events.push(WatchEvent::Breaker {
                 revision: self.revision,
                 view: BreakerView::of(key, &breaker, &policy),
             });
         }
-        let _ = now;
         self.breakers.insert(key.clone(), breaker);
         Ok(out)
     }
@@ -262,7 +277,8 @@ impl StateMachine {
                 ),
             ));
         }
-        let document = self.policy_document(ns);
+        // One clone per batch: the breakers below borrow `self` mutably.
+        let document = self.policy_document(ns).clone();
         let mut resolved: BTreeMap<(ServerName, ToolName), ToolPolicy> = BTreeMap::new();
         let mut summary = ReportSummary::default();
         for o in outcomes {
@@ -290,7 +306,7 @@ impl StateMachine {
                 (tool_key, tool_policy.breaker, tool_obs),
             ];
             for (key, policy, obs) in pairs {
-                match self.with_breaker(&key, now, events, |b| b.record(&policy, now, &obs)) {
+                match self.with_breaker(&key, events, |b| b.record(&policy, now, &obs)) {
                     Ok(Recorded::Counted) => summary.counted += 1,
                     Ok(Recorded::Stale) => summary.stale += 1,
                     Ok(Recorded::Ignored | Recorded::NotCounting) => summary.ignored += 1,
@@ -321,7 +337,7 @@ impl StateMachine {
                 ));
             }
         }
-        self.with_breaker(key, now, events, |b| match action {
+        self.with_breaker(key, events, |b| match action {
             OperatorAction::ForceOpen { for_ms } => {
                 b.force_open(now, actor, reason, for_ms.map(|ms| now.plus_ms(ms)))
             }
@@ -414,7 +430,7 @@ impl StateMachine {
             .collect();
         for key in &due {
             // Existing breakers only: `with_breaker` cannot fail for them.
-            let _ = self.with_breaker(key, now, events, |b| b.advance(now));
+            let _ = self.with_breaker(key, events, |b| b.advance(now));
         }
         let budget = TICK_TIMERS_MAX.saturating_sub(due.len());
         let ledger = self.ledger.tick(now, budget);
@@ -422,8 +438,8 @@ impl StateMachine {
         Answer::Ticked { timers }
     }
 
-    /// Rebuilds nothing: the derived indexes are part of the snapshot. Kept
-    /// for symmetry with stores that must rebuild after restore.
+    /// Checks that a restored state's per-namespace breaker counts agree
+    /// with its breakers (the counts travel in the snapshot).
     pub(crate) fn check_invariants(&self) -> Result<(), CoreError> {
         let mut counts: BTreeMap<&Namespace, usize> = BTreeMap::new();
         for key in self.breakers.keys() {

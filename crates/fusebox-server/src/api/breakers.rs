@@ -24,41 +24,6 @@ use fusebox_proto::v1::breakers_client::BreakersClient;
 use fusebox_proto::v1::breakers_server::Breakers;
 use tonic::{Request, Response, Status};
 
-/// Proposes `$command`; on a follower, forwards `$request` to the leader's
-/// `$method` and returns its answer from the enclosing RPC.
-macro_rules! write_or_forward {
-    ($self:ident, $request:ident, $command:expr, $method:ident) => {
-        match $self.gateway.write($command).await? {
-            Served::Here(applied) => applied,
-            Served::Leader(leader) => {
-                return $self
-                    .gateway
-                    .forward($request, leader, |channel, request| async move {
-                        BreakersClient::new(channel).$method(request).await
-                    })
-                    .await;
-            }
-        }
-    };
-}
-
-/// Forwards an operator command's `$request` when `$served` says so.
-macro_rules! answer_or_forward {
-    ($self:ident, $request:ident, $served:expr, $method:ident) => {
-        match $served {
-            Served::Here(answer) => Ok(Response::new(answer)),
-            Served::Leader(leader) => {
-                $self
-                    .gateway
-                    .forward($request, leader, |channel, request| async move {
-                        BreakersClient::new(channel).$method(request).await
-                    })
-                    .await
-            }
-        }
-    };
-}
-
 /// The Breakers service over a backend.
 pub struct BreakersService<B> {
     gateway: Gateway<B>,
@@ -165,7 +130,12 @@ impl<B: Backend> Breakers for BreakersService<B> {
             replica: batch.replica,
             outcomes: reports,
         };
-        let applied = write_or_forward!(self, request, command, report_outcomes);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            BreakersClient::report_outcomes
+        );
         let Answer::Reported(summary) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
@@ -200,7 +170,12 @@ impl<B: Backend> Breakers for BreakersService<B> {
             key: key.clone(),
             replica,
         };
-        let applied = write_or_forward!(self, request, command, acquire_probe);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            BreakersClient::acquire_probe
+        );
         let Answer::Probe(answer) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
@@ -235,7 +210,12 @@ impl<B: Backend> Breakers for BreakersService<B> {
             generation: req.generation,
             outcome,
         };
-        let applied = write_or_forward!(self, request, command, release_probe);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            BreakersClient::release_probe
+        );
         let Answer::ProbeReleased(result) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
@@ -282,7 +262,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let served = OperatorCommand::force_open(request.get_ref())?
             .run(&self.gateway)
             .await?;
-        answer_or_forward!(self, request, served, force_open)
+        let answer = here_or_forward!(self, request, served, BreakersClient::force_open);
+        Ok(Response::new(answer))
     }
 
     async fn reset(
@@ -292,7 +273,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let served = OperatorCommand::reset(request.get_ref())?
             .run(&self.gateway)
             .await?;
-        answer_or_forward!(self, request, served, reset)
+        let answer = here_or_forward!(self, request, served, BreakersClient::reset);
+        Ok(Response::new(answer))
     }
 
     async fn disable(
@@ -302,7 +284,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let served = OperatorCommand::disable(request.get_ref())?
             .run(&self.gateway)
             .await?;
-        answer_or_forward!(self, request, served, disable)
+        let answer = here_or_forward!(self, request, served, BreakersClient::disable);
+        Ok(Response::new(answer))
     }
 
     async fn set_metrics_only(
@@ -312,7 +295,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let served = OperatorCommand::metrics_only(request.get_ref())?
             .run(&self.gateway)
             .await?;
-        answer_or_forward!(self, request, served, set_metrics_only)
+        let answer = here_or_forward!(self, request, served, BreakersClient::set_metrics_only);
+        Ok(Response::new(answer))
     }
 
     async fn breaker_history(

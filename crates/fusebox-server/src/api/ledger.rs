@@ -18,30 +18,11 @@ use crate::backend::{Backend, Consistency};
 use fusebox_core::ledger::{CompleteAnswer, Record, ResolveAnswer, Status as RecordStatus};
 use fusebox_core::limits::IDEMPOTENCY_KEY_BYTES_MAX;
 use fusebox_core::machine::{Answer, Command};
-use fusebox_core::policy::EffectClass;
 use fusebox_core::{Namespace, Timestamp};
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::ledger_server::Ledger;
 use tonic::{Request, Response, Status};
-
-/// Proposes `$command`; on a follower, forwards `$request` to the leader's
-/// `$method` and returns its answer from the enclosing RPC.
-macro_rules! write_or_forward {
-    ($self:ident, $request:ident, $command:expr, $method:ident) => {
-        match $self.gateway.write($command).await? {
-            Served::Here(applied) => applied,
-            Served::Leader(leader) => {
-                return $self
-                    .gateway
-                    .forward($request, leader, |channel, request| async move {
-                        LedgerClient::new(channel).$method(request).await
-                    })
-                    .await;
-            }
-        }
-    };
-}
 
 /// The Ledger service over a backend.
 pub struct LedgerService<B> {
@@ -52,46 +33,6 @@ impl<B: Backend> LedgerService<B> {
     /// A service proposing and reading through `gateway`.
     pub fn new(gateway: Gateway<B>) -> Self {
         LedgerService { gateway }
-    }
-
-    /// Refuses to begin a write while the namespace's kill switch is on.
-    /// Read from this node's state before proposing: a switch thrown in
-    /// the same instant may let one begin through.
-    async fn check_writes_allowed(
-        &self,
-        ns: &Namespace,
-        effect: EffectClass,
-    ) -> Result<(), Status> {
-        if !effect.is_write() {
-            return Ok(());
-        }
-        let lookup = ns.clone();
-        let switch = self
-            .gateway
-            .read_local(move |s| s.namespace(&lookup).and_then(|n| n.kill_switch.clone()))
-            .await?;
-        match switch {
-            Some(k) if k.writes_blocked => Err(status::writes_blocked(
-                ns.as_str(),
-                &k.reason,
-                &k.actor,
-                k.at.as_millis(),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// The lease of `attempt` on `key` as stored (for a `started` answer).
-    async fn lease_of(&self, ns: Namespace, key: String, attempt: String) -> Result<u64, Status> {
-        self.gateway
-            .read_local(move |s| {
-                s.ledger()
-                    .get(&ns, &key)
-                    .filter(|r| r.attempt == attempt)
-                    .and_then(|r| r.lease_until)
-                    .map_or(0, Timestamp::as_millis)
-            })
-            .await
     }
 }
 
@@ -134,25 +75,24 @@ impl<B: Backend> Ledger for LedgerService<B> {
         &self,
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
+        // The kill switch is checked by the state machine, in log order.
         let (ns, begin) = begin_from_proto(request.get_ref())?;
-        self.check_writes_allowed(&ns, begin.effect).await?;
         let (key, attempt) = (begin.key.clone(), begin.attempt.clone());
         let command = Command::Begin {
             namespace: ns.clone(),
             request: begin,
         };
-        let applied = write_or_forward!(self, request, command, begin);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            LedgerClient::begin
+        );
         let Answer::Begin(answer) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
         tracing::debug!(namespace = %ns, key = %key, attempt = %attempt, answer = ?answer, "ledger begin");
-        let lease_until = match answer {
-            fusebox_core::ledger::BeginAnswer::Started { .. } => {
-                self.lease_of(ns.clone(), key, attempt).await?
-            }
-            _ => 0,
-        };
-        Ok(Response::new(begin_to_proto(&ns, answer, lease_until)))
+        Ok(Response::new(begin_to_proto(&ns, answer)))
     }
 
     async fn complete(
@@ -165,7 +105,12 @@ impl<B: Backend> Ledger for LedgerService<B> {
             namespace: ns.clone(),
             request: complete,
         };
-        let applied = write_or_forward!(self, request, command, complete);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            LedgerClient::complete
+        );
         let Answer::Complete(answer) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
@@ -259,7 +204,12 @@ impl<B: Backend> Ledger for LedgerService<B> {
             namespace: ns.clone(),
             request: resolve,
         };
-        let applied = write_or_forward!(self, request, command, resolve);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            LedgerClient::resolve
+        );
         let Answer::Resolve(answer) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };

@@ -25,6 +25,25 @@
 //!
 //! [`Backend`]: crate::backend::Backend
 
+/// Returns the value of `$served` when this node served it; otherwise
+/// forwards `$request` to the leader's `$client::$method` and returns that
+/// answer from the enclosing RPC.
+macro_rules! here_or_forward {
+    ($self:ident, $request:ident, $served:expr, $client:ident :: $method:ident) => {
+        match $served {
+            Served::Here(value) => value,
+            Served::Leader(leader) => {
+                return $self
+                    .gateway
+                    .forward($request, leader, |channel, request| async move {
+                        $client::new(channel).$method(request).await
+                    })
+                    .await;
+            }
+        }
+    };
+}
+
 pub mod breakers;
 pub mod convert;
 pub mod forward;

@@ -33,6 +33,20 @@ struct Common<'a> {
     expected_generation: Option<u64>,
 }
 
+/// The [`Common`] fields of any of the four operator requests.
+macro_rules! common {
+    ($req:expr) => {
+        Common {
+            namespace: &$req.namespace,
+            meta: $req.meta.as_ref(),
+            key: $req.key.as_ref(),
+            actor: &$req.actor,
+            reason: &$req.reason,
+            expected_generation: $req.expected_generation,
+        }
+    };
+}
+
 impl OperatorCommand {
     /// `ForceOpen`: a reason is required, a duration is optional but bounded.
     pub fn force_open(req: &pb::ForceOpenRequest) -> Result<Self, Status> {
@@ -46,62 +60,22 @@ impl OperatorCommand {
         let action = OperatorAction::ForceOpen {
             for_ms: req.duration_ms,
         };
-        Self::validated(
-            Common {
-                namespace: &req.namespace,
-                meta: req.meta.as_ref(),
-                key: req.key.as_ref(),
-                actor: &req.actor,
-                reason: &req.reason,
-                expected_generation: req.expected_generation,
-            },
-            action,
-        )
+        Self::validated(common!(req), action)
     }
 
     /// `Reset`.
     pub fn reset(req: &pb::ResetBreakerRequest) -> Result<Self, Status> {
-        Self::validated(
-            Common {
-                namespace: &req.namespace,
-                meta: req.meta.as_ref(),
-                key: req.key.as_ref(),
-                actor: &req.actor,
-                reason: &req.reason,
-                expected_generation: req.expected_generation,
-            },
-            OperatorAction::Reset,
-        )
+        Self::validated(common!(req), OperatorAction::Reset)
     }
 
     /// `Disable`.
     pub fn disable(req: &pb::DisableBreakerRequest) -> Result<Self, Status> {
-        Self::validated(
-            Common {
-                namespace: &req.namespace,
-                meta: req.meta.as_ref(),
-                key: req.key.as_ref(),
-                actor: &req.actor,
-                reason: &req.reason,
-                expected_generation: req.expected_generation,
-            },
-            OperatorAction::Disable,
-        )
+        Self::validated(common!(req), OperatorAction::Disable)
     }
 
     /// `SetMetricsOnly`.
     pub fn metrics_only(req: &pb::SetMetricsOnlyRequest) -> Result<Self, Status> {
-        Self::validated(
-            Common {
-                namespace: &req.namespace,
-                meta: req.meta.as_ref(),
-                key: req.key.as_ref(),
-                actor: &req.actor,
-                reason: &req.reason,
-                expected_generation: req.expected_generation,
-            },
-            OperatorAction::MetricsOnly,
-        )
+        Self::validated(common!(req), OperatorAction::MetricsOnly)
     }
 
     fn validated(c: Common<'_>, action: OperatorAction) -> Result<Self, Status> {

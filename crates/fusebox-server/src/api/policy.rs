@@ -22,24 +22,6 @@ use fusebox_proto::v1::policy_client::PolicyClient;
 use fusebox_proto::v1::policy_server::Policy;
 use tonic::{Request, Response, Status};
 
-/// Proposes `$command`; on a follower, forwards `$request` to the leader's
-/// `$method` and returns its answer from the enclosing RPC.
-macro_rules! write_or_forward {
-    ($self:ident, $request:ident, $command:expr, $method:ident) => {
-        match $self.gateway.write($command).await? {
-            Served::Here(applied) => applied,
-            Served::Leader(leader) => {
-                return $self
-                    .gateway
-                    .forward($request, leader, |channel, request| async move {
-                        PolicyClient::new(channel).$method(request).await
-                    })
-                    .await;
-            }
-        }
-    };
-}
-
 /// The Policy service over a backend.
 pub struct PolicyService<B> {
     gateway: Gateway<B>,
@@ -160,7 +142,12 @@ impl<B: Backend> Policy for PolicyService<B> {
             document: Box::new(document),
             actor: who,
         };
-        let applied = write_or_forward!(self, request, command, apply);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            PolicyClient::apply
+        );
         let Answer::PolicyApplied { version } = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
@@ -225,7 +212,12 @@ impl<B: Backend> Policy for PolicyService<B> {
             actor: who,
             reason: req.reason.clone(),
         };
-        let applied = write_or_forward!(self, request, command, rollback);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            PolicyClient::rollback
+        );
         let Answer::PolicyApplied { version } = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
@@ -256,7 +248,12 @@ impl<B: Backend> Policy for PolicyService<B> {
             actor: who,
             reason: req.reason.clone(),
         };
-        let applied = write_or_forward!(self, request, command, set_kill_switch);
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            PolicyClient::set_kill_switch
+        );
         let Answer::KillSwitch(switch) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };

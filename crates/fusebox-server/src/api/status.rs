@@ -206,6 +206,12 @@ pub fn from_core(error: &CoreError) -> Status {
             name,
             format!("{what} not found: {name}"),
         ),
+        CoreError::WritesBlocked {
+            namespace,
+            actor,
+            reason,
+            since_ms,
+        } => writes_blocked(namespace, reason, actor, *since_ms),
         CoreError::Snapshot(reason) => with_detail(
             Code::Internal,
             ErrorCode::Unspecified,

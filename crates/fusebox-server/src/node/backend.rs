@@ -2,6 +2,7 @@
 //! applied state, linearizable reads through the read linearizer.
 
 use crate::backend::{Backend, BackendError, Consistency};
+use crate::metrics::Metrics;
 use crate::watch::{WatchHub, WatchStart};
 use fusebox_core::machine::{Applied, Command, StateMachine};
 use fusebox_core::Namespace;
@@ -10,7 +11,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, Raft, ReadPolicy};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a write may wait to be committed and applied.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -26,6 +27,8 @@ pub struct RaftBackend {
     pub state: StateStore,
     /// Where applied events fan out to watchers.
     pub hub: Arc<WatchHub>,
+    /// The node's metrics (writes are counted where they are proposed).
+    pub metrics: Arc<Metrics>,
 }
 
 /// This machine's wall clock in Unix ms: the stamp a leader puts on entries.
@@ -55,6 +58,11 @@ fn write_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Backen
 
 impl Backend for RaftBackend {
     async fn write(&self, command: Command) -> Result<Applied, BackendError> {
+        let started = Instant::now();
+        let batch = match &command {
+            Command::ReportOutcomes { outcomes, .. } => Some(outcomes.len()),
+            _ => None,
+        };
         let request = Request {
             at_ms: wall_clock_ms(),
             command,
@@ -67,10 +75,13 @@ impl Backend for RaftBackend {
                 ))
             })?
             .map_err(write_error)?;
-        written
+        let applied = written
             .data
             .applied
-            .ok_or_else(|| BackendError::Fatal("applied entry returned no answer".into()))
+            .ok_or_else(|| BackendError::Fatal("applied entry returned no answer".into()))?;
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.observe_write(batch, &applied.answer, seconds);
+        Ok(applied)
     }
 
     async fn read<T, F>(&self, consistency: Consistency, f: F) -> Result<T, BackendError>

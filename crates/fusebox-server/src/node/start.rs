@@ -13,7 +13,6 @@ use crate::watch::WatchHub;
 use fusebox_core::machine::Command;
 use fusebox_proto::v1::cluster_server::ClusterServer;
 use fusebox_proto::v1::raft_server::RaftServer;
-use fusebox_raft_store::TypeConfig;
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use std::collections::BTreeMap;
@@ -108,7 +107,12 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
-    let backend = RaftBackend { raft, state, hub };
+    let backend = RaftBackend {
+        raft,
+        state,
+        hub,
+        metrics: metrics.clone(),
+    };
     let (stop, stop_rx) = watch::channel(false);
     let listener = TcpListener::bind(config.listen)
         .await
@@ -120,13 +124,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
         addr: config.listen,
         source,
     })?;
-    let mut tasks = vec![spawn_grpc(
-        &config,
-        &backend,
-        &metrics,
-        listener,
-        stop_rx.clone(),
-    )];
+    let mut tasks = vec![spawn_grpc(&config, &backend, listener, stop_rx.clone())];
     let http_addr = match config.http {
         Some(addr) => {
             let (task, bound) = spawn_http(addr, metrics.clone(), stop_rx.clone()).await?;
@@ -182,7 +180,6 @@ async fn initialize(backend: &RaftBackend, config: &NodeConfig) {
 fn spawn_grpc(
     config: &NodeConfig,
     backend: &RaftBackend,
-    metrics: &Arc<Metrics>,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
@@ -207,7 +204,6 @@ fn spawn_grpc(
         .add_service(ClusterServer::new(cluster))
         .add_service(health_service);
     let api = crate::api::Services::new(backend.clone());
-    let _ = metrics;
     let router = router
         .add_service(api.breakers)
         .add_service(api.ledger)
@@ -330,6 +326,3 @@ impl RunningNode {
         }
     }
 }
-
-/// The type config's runtime needs this alias in scope for some helpers.
-pub type NodeRaft = Raft<TypeConfig, fusebox_raft_store::StateStore>;

@@ -8,7 +8,7 @@
 use super::codec::{self, Route};
 use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
-use fusebox_raft_store::{snapshot_bytes, NodeId, SnapshotData, TypeConfig};
+use fusebox_raft_store::{NodeId, SnapshotData, TypeConfig};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
@@ -18,6 +18,7 @@ use openraft::type_config::alias::{SnapshotOf, VoteOf};
 use openraft::{BasicNode, RaftNetworkV2};
 use sha2::{Digest, Sha256};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -92,7 +93,7 @@ impl Connection {
     where
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
-        F: FnOnce(RaftClient<Channel>, fusebox_proto::v1::RaftMessage) -> Fut,
+        F: FnOnce(RaftClient<Channel>, tonic::Request<fusebox_proto::v1::RaftMessage>) -> Fut,
         Fut:
             Future<Output = Result<tonic::Response<fusebox_proto::v1::RaftMessage>, tonic::Status>>,
     {
@@ -100,7 +101,8 @@ impl Connection {
         let client = self.client()?;
         let mut request = tonic::Request::new(message);
         request.set_timeout(ttl);
-        let reply = match tokio::time::timeout(ttl, send(client, request.into_inner())).await {
+        // The deadline travels to the peer too (grpc-timeout).
+        let reply = match tokio::time::timeout(ttl, send(client, request)).await {
             Err(_) => {
                 return Err(unreachable(format!(
                     "no answer from {} in {ttl:?}",
@@ -149,10 +151,10 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let chunks = snapshot_chunks(&self.route, &vote, &snapshot).map_err(network)?;
+        let chunks = snapshot_chunks(&self.route, &vote, snapshot).map_err(network)?;
         let mut client = self.client()?;
         let ttl = option.hard_ttl();
-        let send = client.install_snapshot(tokio_stream::iter(chunks));
+        let send = client.install_snapshot(chunks);
         let reply = tokio::select! {
             closed = cancel => return Err(StreamingError::Closed(closed)),
             r = tokio::time::timeout(ttl, send) => r,
@@ -166,36 +168,35 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     }
 }
 
-/// Splits a snapshot into begin, data and end chunks.
+/// A snapshot as begin, data and end chunks. The data chunks are cut from
+/// the snapshot's bytes as the stream is polled, never all copied at once.
 fn snapshot_chunks(
     route: &Route,
     vote: &VoteOf<TypeConfig>,
-    snapshot: &SnapshotOf<TypeConfig, SnapshotData>,
-) -> Result<Vec<SnapshotChunk>, serde_json::Error> {
-    let bytes = snapshot_bytes(&snapshot.snapshot);
+    snapshot: SnapshotOf<TypeConfig, SnapshotData>,
+) -> Result<impl futures::Stream<Item = SnapshotChunk> + Send + 'static, serde_json::Error> {
+    let bytes = Arc::new(snapshot.snapshot.into_inner());
     let begin = SnapshotBegin {
         header: Some(route.header()),
         vote: serde_json::to_vec(vote)?,
         meta: serde_json::to_vec(&snapshot.meta)?,
         total_bytes: bytes.len() as u64,
     };
-    let mut chunks = vec![SnapshotChunk {
-        chunk: Some(snapshot_chunk::Chunk::Begin(begin)),
-    }];
-    for (i, piece) in bytes.chunks(SNAPSHOT_CHUNK_BYTES).enumerate() {
-        let data = fusebox_proto::v1::SnapshotData {
-            offset: (i * SNAPSHOT_CHUNK_BYTES) as u64,
-            data: piece.to_vec(),
-        };
-        chunks.push(SnapshotChunk {
-            chunk: Some(snapshot_chunk::Chunk::Data(data)),
-        });
-    }
     let end = SnapshotEnd {
-        sha256: Sha256::digest(bytes).to_vec(),
+        sha256: Sha256::digest(bytes.as_slice()).to_vec(),
     };
-    chunks.push(SnapshotChunk {
-        chunk: Some(snapshot_chunk::Chunk::End(end)),
+    let pieces = bytes.len().div_ceil(SNAPSHOT_CHUNK_BYTES);
+    let data = (0..pieces).map(move |i| {
+        let start = i * SNAPSHOT_CHUNK_BYTES;
+        let stop = (start + SNAPSHOT_CHUNK_BYTES).min(bytes.len());
+        snapshot_chunk::Chunk::Data(fusebox_proto::v1::SnapshotData {
+            offset: start as u64,
+            data: bytes[start..stop].to_vec(),
+        })
     });
-    Ok(chunks)
+    let chunks = std::iter::once(snapshot_chunk::Chunk::Begin(begin))
+        .chain(data)
+        .chain(std::iter::once(snapshot_chunk::Chunk::End(end)))
+        .map(|chunk| SnapshotChunk { chunk: Some(chunk) });
+    Ok(futures::stream::iter(chunks))
 }

@@ -309,19 +309,18 @@ fn resolution_to_proto(r: &fusebox_core::ledger::Resolution) -> pb::Resolution {
     }
 }
 
-/// One of the five begin answers as an OK body; `lease_until_ms` is the new
-/// holder's lease for `started` (the core answer does not carry it).
-pub fn begin_to_proto(
-    ns: &Namespace,
-    answer: &BeginAnswer,
-    lease_until_ms: u64,
-) -> pb::BeginResponse {
+/// One of the five begin answers as an OK body.
+pub fn begin_to_proto(ns: &Namespace, answer: &BeginAnswer) -> pb::BeginResponse {
     use pb::begin_response::Outcome as O;
     let outcome = match answer {
-        BeginAnswer::Started { attempt, takeover } => O::Started(pb::BeginStarted {
+        BeginAnswer::Started {
+            attempt,
+            takeover,
+            lease_until,
+        } => O::Started(pb::BeginStarted {
             attempt_id: attempt.clone(),
             takeover: *takeover,
-            lease_until_ms,
+            lease_until_ms: lease_until.as_millis(),
         }),
         BeginAnswer::InProgress {
             attempt,
