@@ -2,19 +2,36 @@
 //!
 //! Each node runs `fusebox serve` with its own data directory under one
 //! temporary directory; processes are killed (SIGKILL) when the cluster is
-//! dropped, so a failing test never leaves nodes behind.
+//! dropped, so a failing test never leaves nodes behind. A cluster started
+//! with [`TestCluster::start_with_timing`] gives every node a TOML config
+//! file (`fusebox serve --config FILE`) holding its whole configuration, so
+//! Raft timing and log compaction can be tuned per test.
+//!
+//! Every wait takes a deadline and panics with what it was waiting for when
+//! the deadline passes; every gRPC call has a timeout.
 
 #![allow(dead_code)]
 
+pub mod ledger;
+
 use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::ledger_client::LedgerClient;
-use fusebox_proto::v1::{StatusRequest, StatusResponse};
-use std::collections::BTreeMap;
+use fusebox_proto::v1::{
+    AddMemberRequest, AddMemberResponse, MemberRole, RemoveMemberRequest, RemoveMemberResponse,
+    StatusRequest, StatusResponse,
+};
+use fusebox_server::node::Timing;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint};
+
+/// How long a membership change may take before the test gives up on it
+/// (the server's own deadline is 30 s).
+pub const MEMBERSHIP_CALL_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// Picks a free loopback port (bound then released).
 pub fn free_port() -> u16 {
@@ -34,12 +51,24 @@ pub struct TestNode {
 pub struct TestCluster {
     pub nodes: BTreeMap<u64, TestNode>,
     peers: String,
+    /// Timing written to each node's config file; `None`: flags only.
+    timing: Option<Timing>,
     dir: tempfile::TempDir,
 }
 
 impl TestCluster {
-    /// Starts `n` nodes forming one cluster.
+    /// Starts `n` nodes forming one cluster, configured by flags.
     pub fn start(n: u64) -> TestCluster {
+        TestCluster::launch(n, None)
+    }
+
+    /// Starts `n` nodes forming one cluster, each configured by a TOML file
+    /// that carries `timing`.
+    pub fn start_with_timing(n: u64, timing: Timing) -> TestCluster {
+        TestCluster::launch(n, Some(timing))
+    }
+
+    fn launch(n: u64, timing: Option<Timing>) -> TestCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let addrs: BTreeMap<u64, String> = (1..=n)
             .map(|id| (id, format!("127.0.0.1:{}", free_port())))
@@ -52,6 +81,7 @@ impl TestCluster {
         let mut cluster = TestCluster {
             nodes: BTreeMap::new(),
             peers,
+            timing,
             dir,
         };
         for (id, addr) in addrs {
@@ -72,19 +102,56 @@ impl TestCluster {
 
     /// (Re)starts node `id`'s process on its address and data directory.
     pub fn spawn(&mut self, id: u64, join: bool) {
+        let config = self.timing.as_ref().map(|t| self.write_config(id, join, t));
         let peers = self.peers.clone();
         let node = self.nodes.get_mut(&id).expect("known node");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fusebox"));
-        cmd.args(["serve", "--id", &id.to_string(), "--listen", &node.addr])
-            .args(["--peers", &peers, "--data"])
-            .arg(&node.data)
-            .env("RUST_LOG", "warn")
+        cmd.arg("serve");
+        match config {
+            Some(file) => {
+                cmd.arg("--config").arg(file);
+            }
+            None => {
+                cmd.args(["--id", &id.to_string(), "--listen", &node.addr])
+                    .args(["--peers", &peers, "--data"])
+                    .arg(&node.data);
+                if join {
+                    cmd.arg("--join");
+                }
+            }
+        }
+        cmd.env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        if join {
-            cmd.arg("--join");
-        }
         node.child = Some(cmd.spawn().expect("spawn fusebox serve"));
+    }
+
+    /// Writes node `id`'s whole configuration as TOML; returns the file.
+    fn write_config(&self, id: u64, join: bool, t: &Timing) -> PathBuf {
+        let node = &self.nodes[&id];
+        let peers: String = self
+            .peers
+            .split(',')
+            .filter_map(|p| p.split_once('='))
+            .map(|(id, addr)| format!("{id} = \"{addr}\"\n"))
+            .collect();
+        let text = format!(
+            "id = {id}\nlisten = \"{addr}\"\ndata_dir = {data:?}\njoin = {join}\n\n\
+             [peers]\n{peers}\n\
+             [timing]\nheartbeat_ms = {}\nelection_min_ms = {}\nelection_max_ms = {}\n\
+             snapshot_every_entries = {}\nlog_kept_behind_snapshot = {}\ntick_ms = {}\n",
+            t.heartbeat_ms,
+            t.election_min_ms,
+            t.election_max_ms,
+            t.snapshot_every_entries,
+            t.log_kept_behind_snapshot,
+            t.tick_ms,
+            addr = node.addr,
+            data = node.data.display().to_string(),
+        );
+        let file = self.dir.path().join(format!("node-{id}.toml"));
+        std::fs::write(&file, text).expect("write node config");
+        file
     }
 
     /// Adds a node that joins (is not part of the initial peers).
@@ -112,14 +179,23 @@ impl TestCluster {
         }
     }
 
+    /// Deletes node `id`'s data directory (kill it first).
+    pub fn wipe(&mut self, id: u64) {
+        let node = &self.nodes[&id];
+        assert!(node.child.is_none(), "wipe of running node {id}");
+        if node.data.exists() {
+            std::fs::remove_dir_all(&node.data).expect("wipe data directory");
+        }
+    }
+
+    /// Whether node `id`'s process runs (as far as this harness knows).
+    pub fn is_running(&self, id: u64) -> bool {
+        self.nodes.get(&id).is_some_and(|n| n.child.is_some())
+    }
+
     /// A gRPC channel to node `id`.
     pub async fn channel(&self, id: u64) -> Channel {
-        let addr = &self.nodes[&id].addr;
-        Endpoint::from_shared(format!("http://{addr}"))
-            .expect("endpoint")
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(Duration::from_secs(10))
-            .connect_lazy()
+        channel_to(&self.nodes[&id].addr)
     }
 
     /// A ledger client to node `id`.
@@ -129,11 +205,17 @@ impl TestCluster {
 
     /// Node `id`'s status, if it answers.
     pub async fn status(&self, id: u64) -> Option<StatusResponse> {
+        self.try_status(id).await.ok()
+    }
+
+    /// Node `id`'s status, or why it did not give one.
+    pub async fn try_status(&self, id: u64) -> Result<StatusResponse, String> {
         let mut client = ClusterClient::new(self.channel(id).await);
         let call = client.status(StatusRequest::default());
         match tokio::time::timeout(Duration::from_secs(2), call).await {
-            Ok(Ok(r)) => Some(r.into_inner()),
-            _ => None,
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(status)) => Err(format!("{:?}: {}", status.code(), status.message())),
+            Err(_) => Err("no answer within 2s".into()),
         }
     }
 
@@ -175,6 +257,135 @@ impl TestCluster {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Waits until every node of `among` has applied what the leader of
+    /// `among` had applied when the wait began.
+    pub async fn wait_in_sync(&self, among: &[u64], within: Duration) {
+        let leader = self.wait_leader(among, within).await;
+        let target = self
+            .status(leader)
+            .await
+            .expect("leader answers status")
+            .applied_index;
+        for id in among {
+            self.wait_applied(*id, target, within).await;
+        }
+    }
+
+    /// Waits until node `id`'s status satisfies `ok`; returns that status.
+    pub async fn wait_status(
+        &self,
+        id: u64,
+        what: &str,
+        within: Duration,
+        ok: impl Fn(&StatusResponse) -> bool,
+    ) -> StatusResponse {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = self.status(id).await;
+            if let Some(s) = status.as_ref().filter(|s| ok(s)) {
+                return s.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id}: {what} not reached in {within:?}; last status {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until every node of `among` reports exactly `voters` as the
+    /// voting members (no learner left over), and a leader among them.
+    pub async fn wait_voters(&self, among: &[u64], voters: &BTreeSet<u64>, within: Duration) {
+        for id in among {
+            self.wait_status(*id, &format!("voters {voters:?}"), within, |s| {
+                members_of(s) == *voters
+                    && voters_of(s) == *voters
+                    && s.leader_id.is_some_and(|l| voters.contains(&l))
+            })
+            .await;
+        }
+    }
+
+    /// Adds node `id` (at its own address) through node `via`.
+    pub async fn add_member(&self, via: u64, id: u64) -> Result<AddMemberResponse, tonic::Status> {
+        let request = AddMemberRequest {
+            id,
+            address: self.nodes[&id].addr.clone(),
+            ..Default::default()
+        };
+        let mut client = ClusterClient::new(self.membership_channel(via));
+        match tokio::time::timeout(MEMBERSHIP_CALL_TIMEOUT, client.add_member(request)).await {
+            Ok(answer) => answer.map(tonic::Response::into_inner),
+            Err(_) => Err(tonic::Status::deadline_exceeded("add member timed out")),
+        }
+    }
+
+    /// Removes node `id` through node `via`.
+    pub async fn remove_member(
+        &self,
+        via: u64,
+        id: u64,
+    ) -> Result<RemoveMemberResponse, tonic::Status> {
+        let request = RemoveMemberRequest {
+            id,
+            ..Default::default()
+        };
+        let mut client = ClusterClient::new(self.membership_channel(via));
+        match tokio::time::timeout(MEMBERSHIP_CALL_TIMEOUT, client.remove_member(request)).await {
+            Ok(answer) => answer.map(tonic::Response::into_inner),
+            Err(_) => Err(tonic::Status::deadline_exceeded("remove member timed out")),
+        }
+    }
+
+    fn membership_channel(&self, via: u64) -> Channel {
+        Endpoint::from_shared(format!("http://{}", self.nodes[&via].addr))
+            .expect("endpoint")
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(MEMBERSHIP_CALL_TIMEOUT)
+            .connect_lazy()
+    }
+}
+
+/// A lazily connected channel to `addr` with a 10 s deadline per call.
+pub fn channel_to(addr: &str) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(10))
+        .connect_lazy()
+}
+
+/// Every member id a status lists, voters and learners.
+pub fn members_of(status: &StatusResponse) -> BTreeSet<u64> {
+    status.members.iter().map(|m| m.id).collect()
+}
+
+/// The voting member ids a status lists.
+pub fn voters_of(status: &StatusResponse) -> BTreeSet<u64> {
+    status
+        .members
+        .iter()
+        .filter(|m| m.role != MemberRole::Learner as i32)
+        .map(|m| m.id)
+        .collect()
+}
+
+/// Polls `check` every 200 ms until it yields a value; panics naming `what`
+/// when `within` passes first.
+pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -1,7 +1,19 @@
-//! Reaching a cluster from the command line.
+//! Reaching a cluster from the command line, and who is acting.
+//!
+//! Every client command shares [`ClientArgs`]: the endpoints to try, the
+//! output format, and the operator's identity. Until authentication lands
+//! the identity is what the operator says it is (`--actor`, `FUSEBOX_ACTOR`,
+//! else the login name in `USER`); the cluster records it with every change
+//! in the audit.
 
-use anyhow::Context;
+use crate::failure::{ExitKind, Failure};
 use clap::Args;
+use fusebox_core::limits::ID_BYTES_MAX;
+use fusebox_proto::v1::breakers_client::BreakersClient;
+use fusebox_proto::v1::cluster_client::ClusterClient;
+use fusebox_proto::v1::ledger_client::LedgerClient;
+use fusebox_proto::v1::policy_client::PolicyClient;
+use fusebox_proto::v1::{RequestMeta, StatusRequest};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -9,6 +21,12 @@ use tonic::transport::{Channel, Endpoint};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The deadline of every request the CLI sends.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Endpoints tried before giving up, so a pasted list cannot stall the CLI.
+pub const ENDPOINTS_MAX: usize = 16;
+/// How long asking the endpoint for the leader may take.
+pub const LEADER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// What the CLI calls itself in `RequestMeta.caller`.
+pub const CALLER: &str = "fusebox-cli";
 
 /// Flags every client command shares.
 #[derive(Args, Debug, Clone)]
@@ -21,48 +39,147 @@ pub struct ClientArgs {
         default_value = "127.0.0.1:7600"
     )]
     pub endpoints: String,
-    /// Print JSON instead of tables.
+    /// Print JSON instead of tables (errors too, on stderr).
     #[arg(long, global = true)]
     pub json: bool,
+    /// Who is acting, recorded with every change (default: $USER).
+    #[arg(long, global = true, env = "FUSEBOX_ACTOR")]
+    pub actor: Option<String>,
 }
 
 impl ClientArgs {
     /// Connects to the first endpoint that answers.
     pub async fn connect(&self) -> anyhow::Result<Channel> {
         let mut last = None;
-        for addr in self
+        let addrs = self
             .endpoints
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
-        {
+            .take(ENDPOINTS_MAX);
+        for addr in addrs {
             let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                .with_context(|| format!("endpoint {addr:?}"))?
+                .map_err(|e| Failure::bad_input(format!("endpoint {addr:?}: {e}")))?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .timeout(REQUEST_TIMEOUT);
             match endpoint.connect().await {
                 Ok(channel) => return Ok(channel),
-                Err(e) => last = Some(anyhow::anyhow!("{addr}: {e}")),
+                Err(e) => last = Some(format!("{addr}: {:#}", anyhow::Error::new(e))),
             }
         }
-        Err(last.unwrap_or_else(|| anyhow::anyhow!("no endpoints given")))
-            .context("no cluster member reachable")
+        let Some(last) = last else {
+            return Err(Failure::bad_input("no endpoints given (--endpoints HOST:PORT)").into());
+        };
+        let message = format!("no cluster member reachable (last tried {last})");
+        Err(Failure::new(ExitKind::Unavailable, message).into())
+    }
+
+    /// Connects, moves to the leader when the endpoint knows it, and
+    /// bundles what a command needs to talk to the cluster.
+    ///
+    /// Writes are served by the leader anyway (a follower forwards them),
+    /// and reads there reflect every change the operator just made, so a
+    /// `resolve` followed by a `list` never shows the old state. When the
+    /// leader is unknown or unreachable the endpoint itself serves, and its
+    /// reads may lag.
+    pub async fn session(&self) -> anyhow::Result<Session> {
+        let here = self.connect().await?;
+        let channel = match leader_channel(&here).await {
+            Some(leader) => leader,
+            None => here,
+        };
+        Ok(self.bundle(channel))
+    }
+
+    /// Like [`ClientArgs::session`] but stays on the endpoint that answered,
+    /// for commands that report what that node sees.
+    pub async fn session_here(&self) -> anyhow::Result<Session> {
+        Ok(self.bundle(self.connect().await?))
+    }
+
+    fn bundle(&self, channel: Channel) -> Session {
+        Session {
+            channel,
+            json: self.json,
+            actor: self.actor.clone(),
+        }
     }
 }
 
-/// The exit code for an error: 2 for bad input, 1 for everything else.
-pub fn exit_code(e: &anyhow::Error) -> u8 {
-    let bad_input = e.chain().any(|cause| {
-        cause.downcast_ref::<tonic::Status>().is_some_and(|s| {
-            matches!(
-                s.code(),
-                tonic::Code::InvalidArgument | tonic::Code::NotFound
-            )
-        }) || cause.downcast_ref::<clap::Error>().is_some()
-    });
-    if bad_input {
-        2
-    } else {
-        1
+/// A channel to the leader, when `here` names one other than itself and it
+/// answers.
+async fn leader_channel(here: &Channel) -> Option<Channel> {
+    let mut request = tonic::Request::new(StatusRequest::default());
+    request.set_timeout(LEADER_LOOKUP_TIMEOUT);
+    let status = ClusterClient::new(here.clone())
+        .status(request)
+        .await
+        .ok()?
+        .into_inner();
+    let leader = status.leader_id.filter(|l| *l != status.node_id)?;
+    let member = status.members.iter().find(|m| m.id == leader)?;
+    Endpoint::from_shared(format!("http://{}", member.address))
+        .ok()?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .connect()
+        .await
+        .ok()
+}
+
+/// A connection to the cluster with the caller's settings.
+pub struct Session {
+    channel: Channel,
+    /// Print JSON instead of tables.
+    pub json: bool,
+    actor: Option<String>,
+}
+
+impl Session {
+    /// The operator acting: `--actor`, `FUSEBOX_ACTOR`, else `USER`.
+    pub fn actor(&self) -> anyhow::Result<String> {
+        let actor = self
+            .actor
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty());
+        let Some(actor) = actor else {
+            let message = "no operator identity: pass --actor NAME or set FUSEBOX_ACTOR";
+            return Err(Failure::bad_input(message).into());
+        };
+        if actor.len() > ID_BYTES_MAX {
+            let message = format!("--actor is {} bytes, at most {ID_BYTES_MAX}", actor.len());
+            return Err(Failure::bad_input(message).into());
+        }
+        Ok(actor)
+    }
+
+    /// The metadata every request carries.
+    pub fn meta(&self) -> Option<RequestMeta> {
+        Some(RequestMeta {
+            caller: CALLER.to_owned(),
+            ..Default::default()
+        })
+    }
+
+    /// A Breakers client.
+    pub fn breakers(&self) -> BreakersClient<Channel> {
+        BreakersClient::new(self.channel.clone())
+    }
+
+    /// A Ledger client.
+    pub fn ledger(&self) -> LedgerClient<Channel> {
+        LedgerClient::new(self.channel.clone())
+    }
+
+    /// A Policy client.
+    pub fn policy(&self) -> PolicyClient<Channel> {
+        PolicyClient::new(self.channel.clone())
+    }
+
+    /// A Cluster client.
+    pub fn cluster(&self) -> ClusterClient<Channel> {
+        ClusterClient::new(self.channel.clone())
     }
 }

@@ -1,8 +1,9 @@
 //! `fusebox cluster status|add-member|remove-member`.
 
 use crate::client::ClientArgs;
+use crate::failure::rpc;
+use crate::time_text::{instant_from, now_ms};
 use clap::{Args, Subcommand};
-use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::{
     AddMemberRequest, Member, MemberRole, RemoveMemberRequest, StatusRequest, StatusResponse,
 };
@@ -100,25 +101,32 @@ fn print_status(s: &StatusResponse, json: bool) {
         s.cluster_id, s.node_id, leader, s.term, s.commit_index, s.applied_index
     );
     print_members(&s.members);
+    if s.kill_switches.is_empty() {
+        println!("write kill switch: off in every namespace");
+    }
     for k in &s.kill_switches {
         println!(
-            "kill switch: writes blocked in {} by {}: {}",
-            k.namespace, k.actor, k.reason
+            "write kill switch: ON in namespace {} since {} by {}: {}",
+            k.namespace,
+            instant_from(k.since_ms, now_ms()),
+            k.actor,
+            k.reason
         );
     }
 }
 
 /// Runs a cluster command.
 pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
-    let mut client = ClusterClient::new(args.client.connect().await?);
-    let json = args.client.json;
+    let session = args.client.session_here().await?;
+    let mut client = session.cluster();
+    let json = session.json;
     match args.command {
         ClusterCommand::Status => {
             let request = StatusRequest {
                 include_kill_switches: true,
                 ..Default::default()
             };
-            let status = client.status(request).await?.into_inner();
+            let status = rpc("cluster status", client.status(request)).await?;
             print_status(&status, json);
         }
         ClusterCommand::AddMember {
@@ -132,7 +140,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 learner_only,
                 ..Default::default()
             };
-            let added = client.add_member(request).await?.into_inner();
+            let added = rpc("cluster add-member", client.add_member(request)).await?;
             if json {
                 println!(
                     "{}",
@@ -148,7 +156,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 id,
                 ..Default::default()
             };
-            let removed = client.remove_member(request).await?.into_inner();
+            let removed = rpc("cluster remove-member", client.remove_member(request)).await?;
             if json {
                 println!(
                     "{}",

@@ -40,8 +40,8 @@
 
 use fusebox_core::breaker::{BreakerKey, BreakerState, Phase, ProbeAnswer, ProbeResult};
 use fusebox_core::ledger::{
-    BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion, Decision, Record,
-    ResolveAnswer, ResolveRequest, Status,
+    BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion, Decision, LedgerStore,
+    Record, ResolveAnswer, ResolveRequest, Status,
 };
 use fusebox_core::limits::LEASE_MS_MAX;
 use fusebox_core::machine::{
@@ -1144,6 +1144,7 @@ impl<'a> Run<'a> {
                 namespace: ns(*n),
                 document: Box::new(self.pool[*document].clone()),
                 actor: "alice".into(),
+                reason: "tune".into(),
             },
             Op::Rollback { ns: n, version } => Command::RollbackPolicy {
                 namespace: ns(*n),
@@ -1279,7 +1280,7 @@ impl<'a> Run<'a> {
                     key: request.key.clone(),
                     attempt: attempt.clone(),
                     takeover: *takeover,
-                    effect: record.map_or(request.effect, |r| r.effect),
+                    effect: record.as_ref().map_or(request.effect, |r| r.effect),
                     at: self.sm.now().as_millis(),
                     lease_until: record.and_then(|r| r.lease_until).map(Timestamp::as_millis),
                 }
@@ -1497,6 +1498,7 @@ fn tripped_machine() -> (StateMachine, Vec<WatchEvent>) {
         namespace: ns(0),
         document: Box::new(parse_policy(POLICY_FAST)),
         actor: "alice".into(),
+        reason: "tune".into(),
     };
     let mut events = sm.apply(&policy, Timestamp(0)).events;
     for _ in 0..2 {
@@ -1730,6 +1732,7 @@ fn probe_bound_survives_a_policy_that_lowers_it() {
         namespace: ns(0),
         document: Box::new(parse_policy(POLICY_ONE_PROBE)),
         actor: "alice".into(),
+        reason: "tune".into(),
     };
     sm.apply(&lower, Timestamp(1_000));
     assert_eq!(

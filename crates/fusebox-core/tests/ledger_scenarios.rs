@@ -5,7 +5,7 @@
 
 use fusebox_core::ledger::{
     AmbiguityCause, BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion,
-    Decision, ListFilter, ResolveAnswer, ResolveRequest, Status,
+    Decision, LedgerStore, ListFilter, ResolveAnswer, ResolveRequest, Status,
 };
 use fusebox_core::machine::{Answer, Command, StateMachine};
 use fusebox_core::policy::EffectClass;

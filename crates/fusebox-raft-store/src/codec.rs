@@ -134,6 +134,7 @@ mod tests {
                         namespace: Namespace::new("fleet-a").unwrap(),
                         document: Box::new(policy_document()),
                         actor: "ops".into(),
+                        reason: "raise timeouts".into(),
                     },
                 },
             ),

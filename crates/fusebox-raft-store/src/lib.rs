@@ -40,6 +40,7 @@
 mod codec;
 mod error;
 mod flusher;
+mod ledger_store;
 mod log_store;
 mod rocks;
 mod snapshot_builder;
@@ -48,6 +49,7 @@ mod state_store;
 pub mod types;
 
 pub use error::StoreError;
+pub use ledger_store::RocksLedger;
 pub use log_store::{LogReader, LogStore};
 pub use snapshot_builder::StateSnapshotBuilder;
 pub use state_store::{ApplyObserver, StateStore};

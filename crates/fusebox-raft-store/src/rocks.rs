@@ -21,8 +21,13 @@ pub(crate) const CF_META: &str = "meta";
 /// written in one batch.
 pub(crate) const CF_SNAPSHOT: &str = "snapshot";
 
+/// Ledger records by (namespace, key); see [`crate::ledger_store`].
+pub(crate) const CF_LEDGER: &str = "ledger";
+/// The ledger's secondary indexes, deadlines and per-namespace counts.
+pub(crate) const CF_LEDGER_INDEX: &str = "ledger_index";
+
 /// Every column family the store needs; all are created on first open.
-const COLUMN_FAMILIES: [&str; 3] = [CF_LOGS, CF_META, CF_SNAPSHOT];
+const COLUMN_FAMILIES: [&str; 5] = [CF_LOGS, CF_META, CF_SNAPSHOT, CF_LEDGER, CF_LEDGER_INDEX];
 
 /// Opens (creating if missing) the database with all column families.
 pub(crate) fn open_db(dir: &Path) -> Result<DB, StoreError> {

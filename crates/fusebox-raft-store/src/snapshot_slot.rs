@@ -1,9 +1,10 @@
 //! The one persisted snapshot, in the `snapshot` column family.
 //!
-//! Two keys, `meta` (the encoded [`SnapshotMeta`]) and `data` (the core's
-//! snapshot bytes, as is), are always written together in one `WriteBatch`
-//! with `sync = true`: the pair is replaced atomically and is on disk before
-//! the call returns. RocksDB's block checksums guard the bytes at rest; the
+//! Three keys, `meta` (the encoded [`SnapshotMeta`]), `data` (the core's
+//! snapshot bytes, as is) and `head` (the leading part of `data` that holds
+//! the fleet, so a restart reads the fleet without the ledger records), are
+//! always written together in one `WriteBatch` with `sync = true`: they are
+//! replaced atomically and are on disk before the call returns. RocksDB's block checksums guard the bytes at rest; the
 //! core's `StateMachine::restore` refuses anything it did not write.
 //!
 //! A snapshot built from the live state may finish after a newer snapshot was
@@ -23,6 +24,19 @@ use std::sync::{Arc, Mutex};
 
 const KEY_META: &str = "meta";
 const KEY_DATA: &str = "data";
+const KEY_HEAD: &str = "head";
+
+/// How many leading bytes of a core snapshot hold its format and fleet.
+fn head_len(data: &[u8]) -> io::Result<usize> {
+    let len = data
+        .get(1..9)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| usize::try_from(n).ok())
+        .and_then(|n| n.checked_add(9))
+        .filter(|n| *n <= data.len());
+    len.ok_or_else(|| corrupt(format_args!("snapshot of {} bytes has no head", data.len())))
+}
 
 /// When a snapshot may replace the persisted one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +78,20 @@ impl SnapshotSlot {
         }))
     }
 
+    /// The persisted snapshot's metadata and head (format and fleet), if any.
+    pub(crate) fn load_head(&self) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
+        let Some(meta) = self.load_meta()? else {
+            return Ok(None);
+        };
+        let family = cf(&self.db, CF_SNAPSHOT)?;
+        let head = self
+            .db
+            .get_cf(family, KEY_HEAD)
+            .map_err(|e| db_error("read snapshot head", e))?
+            .ok_or_else(|| corrupt(format_args!("snapshot {meta} has metadata but no head")))?;
+        Ok(Some((meta, head)))
+    }
+
     fn load_meta(&self) -> io::Result<Option<SnapshotMeta>> {
         let family = cf(&self.db, CF_SNAPSHOT)?;
         let bytes = self
@@ -90,6 +118,7 @@ impl SnapshotSlot {
         let family = cf(&self.db, CF_SNAPSHOT)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(family, KEY_META, encode("snapshot meta", meta)?);
+        batch.put_cf(family, KEY_HEAD, &data[..head_len(data)?]);
         batch.put_cf(family, KEY_DATA, data);
         let mut options = WriteOptions::default();
         options.set_sync(true);

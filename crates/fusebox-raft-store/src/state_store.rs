@@ -1,23 +1,30 @@
-//! The state machine store: the core [`StateMachine`] in memory, behind a
-//! lock, with the last applied log id and membership beside it.
+//! The state machine store: the core [`StateMachine`] behind a lock, its
+//! fleet (breakers, policies) in memory and its ledger in RocksDB, with the
+//! last applied log id and membership beside it.
 //!
 //! # Durability (what is fsynced when)
 //!
-//! Applying an entry writes nothing: the state lives in memory and the
-//! committed log is its durable record. Only snapshots are persisted (see
-//! [`crate::snapshot_slot`]): a built or installed snapshot is on disk
+//! Applying an entry writes its ledger changes, with the entry's index, in
+//! one unsynced batch ([`crate::ledger_store`]); the fleet lives in memory
+//! and the committed log is its durable record. Snapshots are persisted
+//! (see [`crate::snapshot_slot`]): a built or installed snapshot is on disk
 //! (written with `sync = true`) before `build_snapshot` or
-//! `install_snapshot` returns. On open the store loads that snapshot, so
-//! [`RaftStateMachine::applied_state`] reports exactly what is durable, and
-//! openraft re-applies the committed log after it.
+//! `install_snapshot` returns. On open the store reads the fleet from that
+//! snapshot and opens the ledger where it is, so
+//! [`RaftStateMachine::applied_state`] reports the snapshot's log id, and
+//! openraft re-applies the committed log after it (ledger writes the disk
+//! already holds are skipped).
 //!
 //! # Locking
 //!
 //! One `std::sync::Mutex` guards the state, the last applied log id and the
 //! membership together, so every reader sees them consistent. It is never
-//! held across an `.await`: each entry is applied under a short lock, and a
-//! snapshot is encoded, restored and persisted on the blocking pool.
+//! held across an `.await`: each entry is applied under a short lock on the
+//! blocking pool (the ledger reads and writes RocksDB), and a snapshot is
+//! copied under the lock (the fleet, and a RocksDB point-in-time view of the
+//! ledger) then encoded and persisted without it.
 
+use crate::ledger_store::{LedgerControl, RocksLedger};
 use crate::rocks::blocking;
 use crate::snapshot_builder::StateSnapshotBuilder;
 use crate::snapshot_slot::{Save, SnapshotSlot};
@@ -25,7 +32,8 @@ use crate::types::{
     snapshot_bytes, Entry, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
     TypeConfig,
 };
-use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_core::ledger::BoxedLedger;
+use fusebox_core::machine::{Fleet, SharedStateMachine, SnapshotReader, StateMachine, WatchEvent};
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
@@ -41,9 +49,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// worker or from a blocking-pool thread.
 pub trait ApplyObserver: Send + Sync + 'static {
     /// A normal entry was applied; `events` are its watch events (maybe none).
-    fn applied(&self, state: &StateMachine, events: &[WatchEvent]);
+    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent]);
     /// A snapshot replaced the whole state.
-    fn installed(&self, state: &StateMachine);
+    fn installed(&self, state: &SharedStateMachine);
 }
 
 /// The state machine store; cheap to clone, every clone shares the state.
@@ -55,31 +63,36 @@ pub struct StateStore {
 struct Inner {
     live: Mutex<Live>,
     snapshots: SnapshotSlot,
+    ledger: LedgerControl,
+    db: Arc<DB>,
 }
 
 /// What the lock guards.
 pub(crate) struct Live {
-    pub(crate) sm: StateMachine,
+    pub(crate) sm: SharedStateMachine,
     pub(crate) last_applied: Option<LogId>,
     pub(crate) last_membership: StoredMembership,
     observer: Option<Arc<dyn ApplyObserver>>,
 }
 
 impl StateStore {
-    /// Opens over `db`, restoring the persisted snapshot if there is one.
+    /// Opens over `db`: the ledger where it is, the fleet from the
+    /// persisted snapshot if there is one.
     pub(crate) fn open(db: Arc<DB>) -> io::Result<StateStore> {
-        let snapshots = SnapshotSlot::new(db);
-        let live = match snapshots.load()? {
+        let snapshots = SnapshotSlot::new(db.clone());
+        let (ledger, control) = RocksLedger::open(db.clone())?;
+        let boxed: BoxedLedger = Box::new(ledger);
+        let live = match snapshots.load_head()? {
             None => Live {
-                sm: StateMachine::new(),
+                sm: StateMachine::from_parts(Fleet::default(), boxed),
                 last_applied: None,
                 last_membership: StoredMembership::default(),
                 observer: None,
             },
-            Some(snapshot) => Live {
-                sm: restore(&snapshot.meta, snapshot_bytes(&snapshot.snapshot))?,
-                last_applied: snapshot.meta.last_log_id,
-                last_membership: snapshot.meta.last_membership,
+            Some((meta, head)) => Live {
+                sm: StateMachine::from_parts(restore_fleet(&meta, &head)?, boxed),
+                last_applied: meta.last_log_id,
+                last_membership: meta.last_membership,
                 observer: None,
             },
         };
@@ -88,6 +101,8 @@ impl StateStore {
             inner: Arc::new(Inner {
                 live: Mutex::new(live),
                 snapshots,
+                ledger: control,
+                db,
             }),
         })
     }
@@ -98,7 +113,9 @@ impl StateStore {
     }
 
     /// Runs a short, synchronous read of the state under the lock.
-    pub fn with_state<T>(&self, f: impl FnOnce(&StateMachine) -> T) -> T {
+    ///
+    /// Ledger reads inside `f` touch RocksDB: call it from the blocking pool.
+    pub fn with_state<T>(&self, f: impl FnOnce(&SharedStateMachine) -> T) -> T {
         f(&self.lock_for_read().sm)
     }
 
@@ -129,35 +146,54 @@ impl StateStore {
         &self.inner.snapshots
     }
 
+    pub(crate) fn ledger(&self) -> &LedgerControl {
+        &self.inner.ledger
+    }
+
+    pub(crate) fn db(&self) -> &Arc<DB> {
+        &self.inner.db
+    }
+
+    /// Applies one entry; blocks (the ledger is in RocksDB).
     fn apply_entry(&self, entry: Entry) -> io::Result<Response> {
         let mut guard = self.lock()?;
         let live = &mut *guard;
-        live.last_applied = Some(entry.log_id);
-        match entry.payload {
-            EntryPayload::Blank => Ok(Response::default()),
+        let response = match entry.payload {
+            EntryPayload::Blank => Response::default(),
             EntryPayload::Membership(membership) => {
                 live.last_membership = StoredMembership::new(Some(entry.log_id), membership);
-                Ok(Response::default())
+                Response::default()
             }
             EntryPayload::Normal(request) => {
+                self.inner.ledger.begin_entry(entry.log_id.index);
                 let applied = live.sm.apply(&request.command, request.at());
+                self.inner.ledger.commit()?;
                 if let Some(observer) = &live.observer {
                     observer.applied(&live.sm, &applied.events);
                 }
-                Ok(Response {
+                Response {
                     applied: Some(applied),
-                })
+                }
             }
-        }
+        };
+        live.last_applied = Some(entry.log_id);
+        Ok(response)
     }
 
-    /// Restores, persists and swaps in a snapshot; blocks.
+    /// Installs a snapshot: the ledger first (synced), then the persisted
+    /// snapshot, then the fleet swapped in; blocks. The order matters: a
+    /// crash between steps leaves the ledger at least as new as the
+    /// persisted fleet, which a restart's replay handles.
     fn install_blocking(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let sm = restore(meta, data)?;
-        self.inner.snapshots.save(meta, data, Save::Always)?;
+        let (fleet, mut reader) = SnapshotReader::open(data).map_err(|e| refused(meta, e))?;
         let mut guard = self.lock()?;
+        self.inner
+            .ledger
+            .install(&mut reader, meta.last_log_id.map(|id| id.index))
+            .map_err(|e| io::Error::new(e.kind(), format!("snapshot {meta} refused: {e}")))?;
+        self.inner.snapshots.save(meta, data, Save::Always)?;
         let live = &mut *guard;
-        live.sm = sm;
+        live.sm.replace_fleet(fleet);
         live.last_applied = meta.last_log_id;
         live.last_membership = meta.last_membership.clone();
         if let Some(observer) = &live.observer {
@@ -167,13 +203,18 @@ impl StateStore {
     }
 }
 
-fn restore(meta: &SnapshotMeta, data: &[u8]) -> io::Result<StateMachine> {
-    StateMachine::restore(data).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("snapshot {meta} refused: {e}"),
-        )
-    })
+fn refused(meta: &SnapshotMeta, e: fusebox_core::CoreError) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("snapshot {meta} refused: {e}"),
+    )
+}
+
+/// The fleet of a persisted snapshot, from its head alone.
+fn restore_fleet(meta: &SnapshotMeta, head: &[u8]) -> io::Result<Fleet> {
+    SnapshotReader::open(head)
+        .map(|(fleet, _)| fleet)
+        .map_err(|e| refused(meta, e))
 }
 
 impl RaftStateMachine<TypeConfig> for StateStore {
@@ -190,7 +231,8 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
         while let Some((entry, responder)) = entries.try_next().await? {
-            let response = self.apply_entry(entry)?;
+            let store = self.clone();
+            let response = blocking(move || store.apply_entry(entry)).await?;
             if let Some(responder) = responder {
                 responder.send(response);
             }

@@ -4,7 +4,7 @@
 
 mod support;
 
-use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_raft_store::{open, snapshot_data, ApplyObserver, StateStore, StoreError, Vote};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{RaftLogReader, RaftSnapshotBuilder};
@@ -19,7 +19,7 @@ fn scribble(dir: &Path, family: &str, key: &[u8], value: &[u8]) {
     let db = rocksdb::DB::open_cf(
         &rocksdb::Options::default(),
         dir,
-        ["logs", "meta", "snapshot"],
+        ["logs", "meta", "snapshot", "ledger", "ledger_index"],
     )
     .unwrap();
     db.put_cf(db.cf_handle(family).unwrap(), key, value)
@@ -154,7 +154,7 @@ async fn corrupt_snapshot_stops_the_open() {
             .await
             .unwrap();
     }
-    scribble(dir.path(), "snapshot", b"data", b"\x01\xff\xff\xff");
+    scribble(dir.path(), "snapshot", b"head", b"\x02\xff\xff\xff");
 
     match open(dir.path()) {
         Err(StoreError::Snapshot(e)) => assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}"),
@@ -201,13 +201,13 @@ struct Recorder {
 }
 
 impl ApplyObserver for Recorder {
-    fn applied(&self, state: &StateMachine, events: &[WatchEvent]) {
+    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent]) {
         let mut revisions = self.revisions.lock().unwrap();
         revisions.extend(events.iter().map(WatchEvent::revision));
         assert_eq!(revisions.last().copied(), Some(state.revision()));
     }
 
-    fn installed(&self, state: &StateMachine) {
+    fn installed(&self, state: &SharedStateMachine) {
         self.installs.lock().unwrap().push(state.revision());
     }
 }
@@ -259,5 +259,5 @@ async fn clones_share_one_state() {
         .await
         .unwrap();
     assert_eq!(state.last_applied(), Some(log_id(1, 1)));
-    assert_eq!(state.with_state(StateMachine::revision), 1);
+    assert_eq!(state.with_state(SharedStateMachine::revision), 1);
 }

@@ -8,7 +8,7 @@
 //! revisions get a fresh snapshot, flagged `resync_required`.
 
 use fusebox_core::breaker::BreakerView;
-use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_core::Namespace;
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -34,7 +34,7 @@ pub struct WatchSnapshot {
 
 impl WatchSnapshot {
     /// Reads a namespace's snapshot from the state.
-    pub fn of(state: &StateMachine, namespace: &Namespace) -> Self {
+    pub fn of(state: &SharedStateMachine, namespace: &Namespace) -> Self {
         let breakers = state
             .breakers_in(namespace)
             .map(|(key, _)| state.view(key))
@@ -116,7 +116,7 @@ impl WatchHub {
     /// Subscribes; call with the state lock held so nothing slips between.
     pub fn subscribe(
         &self,
-        state: &StateMachine,
+        state: &SharedStateMachine,
         namespace: &Namespace,
         from_revision: Option<u64>,
     ) -> WatchStart {
@@ -138,7 +138,7 @@ impl WatchHub {
     /// Events of `namespace` after `revision`, or `None` if some were forgotten.
     fn backlog_after(
         &self,
-        state: &StateMachine,
+        state: &SharedStateMachine,
         namespace: &Namespace,
         revision: u64,
     ) -> Option<Vec<WatchEvent>> {

@@ -3,7 +3,9 @@
 //! A write tool calls `begin` with its key before the call and `complete`
 //! after it. `begin` answers exactly one of started, in progress, completed
 //! (replay), mismatch or ambiguous. The rules live in [`rules`] as pure
-//! functions of one record; [`Ledger`] stores records with their indexes.
+//! functions of one record; [`LedgerStore`] is where records and their
+//! indexes live (in memory: [`Ledger`]; the server keeps them in RocksDB),
+//! and carries the operations, so every store answers alike.
 //!
 //! Invariants:
 //! - a key answers `started` to a second attempt only after an explicit
@@ -14,13 +16,15 @@
 //!   and released records are, after the namespace's retention period.
 
 mod key;
+mod memory;
 mod record;
 mod request;
 pub mod rules;
 mod store;
 
 pub use key::{derive_key, DERIVED_KEY_PREFIX};
+pub use memory::Ledger;
 pub use record::{AmbiguityCause, Decision, Record, Resolution, Status};
 pub use request::{BeginRequest, CompleteRequest, Completion, ResolveRequest};
 pub use rules::{BeginAnswer, CompleteAnswer, ResolveAnswer};
-pub use store::{Ledger, ListFilter, Page, LIST_SCAN_MAX};
+pub use store::{deadline, BoxedLedger, Index, LedgerStore, ListFilter, Page, LIST_SCAN_MAX};

@@ -1,24 +1,27 @@
-//! The in-memory ledger: records by (namespace, key), secondary indexes and
-//! the deadline index that drives lease expiry and retention.
+//! Where ledger records live, and the ledger's operations over any store.
 //!
-//! It is the reference store the state machine uses and the model the
-//! server's RocksDB store must answer exactly like. Indexes are rebuilt from
-//! the records on restore, so a snapshot holds records only.
+//! [`LedgerStore`] is the small storage contract: fetch a record, write one
+//! back with its indexes, list due deadlines, walk an index in key order.
+//! Everything the ledger *does* (`begin`, `complete`, `resolve`, `tick`,
+//! `lookup`, `list`) is a provided method built on it and on the pure
+//! [`rules`], so the in-memory [`super::Ledger`] and the server's RocksDB
+//! store answer exactly alike: the only code that differs is storage.
+//!
+//! A store must keep its indexes exact: after `put` or `remove`, a record is
+//! listed under exactly the intent, tool, status, operation id and deadline
+//! it holds.
 
 use super::record::{Record, Status};
 use super::request::{BeginRequest, CompleteRequest, ResolveRequest};
 use super::rules::{self, BeginAnswer, CompleteAnswer, ResolveAnswer};
 use crate::error::CoreError;
 use crate::limits::{LEDGER_RECORDS_PER_NAMESPACE_MAX, LIST_LIMIT_MAX};
-
-/// Most candidates one list call examines.
-pub const LIST_SCAN_MAX: usize = 10 * LIST_LIMIT_MAX;
 use crate::name::{Namespace, ToolName};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
 
-type Id = (Namespace, String);
+/// Most candidates one list call examines.
+pub const LIST_SCAN_MAX: usize = 10 * LIST_LIMIT_MAX;
 
 /// Filters for listing records; all given filters must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,41 +49,24 @@ pub struct Page {
     pub next_after_key: Option<String>,
 }
 
-/// All records of all namespaces, with their indexes.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "Vec<(Namespace, Record)>", into = "Vec<(Namespace, Record)>")]
-pub struct Ledger {
-    records: BTreeMap<Id, Record>,
-    per_namespace: BTreeMap<Namespace, usize>,
-    by_intent: BTreeSet<(Namespace, String, String)>,
-    by_tool: BTreeSet<(Namespace, ToolName, String)>,
-    by_status: BTreeSet<(Namespace, Status, String)>,
-    by_operation: BTreeSet<(Namespace, String, String)>,
-    deadlines: BTreeSet<(Timestamp, Namespace, String)>,
+/// Which index a listing walks: keys of one namespace, in key order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Index<'a> {
+    /// Every key of the namespace.
+    All,
+    /// Keys of one intent.
+    Intent(&'a str),
+    /// Keys of one tool.
+    Tool(&'a ToolName),
+    /// Keys in one status.
+    Status(Status),
+    /// Keys with one backend operation id.
+    Operation(&'a str),
 }
 
-impl From<Vec<(Namespace, Record)>> for Ledger {
-    fn from(records: Vec<(Namespace, Record)>) -> Self {
-        let mut ledger = Ledger::default();
-        for (ns, record) in records {
-            ledger.put(&ns, record);
-        }
-        ledger
-    }
-}
-
-impl From<Ledger> for Vec<(Namespace, Record)> {
-    fn from(ledger: Ledger) -> Self {
-        ledger
-            .records
-            .into_iter()
-            .map(|((ns, _), r)| (ns, r))
-            .collect()
-    }
-}
-
-/// When time alone changes or removes a record.
-fn deadline(record: &Record) -> Option<Timestamp> {
+/// When time alone changes or removes a record: a non-idempotent lease
+/// lapsing, or a final record's retention ending. Stores index this.
+pub fn deadline(record: &Record) -> Option<Timestamp> {
     match record.status {
         Status::InProgress if !record.effect.is_idempotent() => record.lease_until,
         s if s.is_purgeable() => record.expires_at,
@@ -88,119 +74,72 @@ fn deadline(record: &Record) -> Option<Timestamp> {
     }
 }
 
-impl Ledger {
-    /// An empty ledger.
-    pub fn new() -> Self {
-        Ledger::default()
-    }
+/// Storage for ledger records and their indexes.
+///
+/// Reads are infallible here: a store whose medium can fail (RocksDB)
+/// latches the failure, answers as if the record were absent, and refuses
+/// to commit what it computed, so a disk error stops the node instead of
+/// turning into an answer.
+pub trait LedgerStore {
+    /// The record stored for a key (time not applied).
+    fn get(&self, ns: &Namespace, key: &str) -> Option<Record>;
 
     /// Records in a namespace.
-    pub fn len(&self, ns: &Namespace) -> usize {
-        self.per_namespace.get(ns).copied().unwrap_or(0)
-    }
+    fn len(&self, ns: &Namespace) -> usize;
 
-    /// Records in all namespaces.
-    pub fn total(&self) -> usize {
-        self.records.len()
-    }
+    /// Stores `record`, replacing `old` (what [`LedgerStore::get`] returned
+    /// for its key), keeping every index exact.
+    fn put(&mut self, ns: &Namespace, old: Option<&Record>, record: Record);
 
-    /// Whether no namespace holds a record.
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
+    /// Removes `old` (what [`LedgerStore::get`] returned) and its indexes.
+    fn remove(&mut self, ns: &Namespace, old: &Record);
 
-    /// The record for a key, as stored (time not applied).
-    pub fn get(&self, ns: &Namespace, key: &str) -> Option<&Record> {
-        self.records.get(&(ns.clone(), key.to_owned()))
-    }
+    /// Keys whose [`deadline`] is at or before `now`, earliest first, at
+    /// most `max`.
+    fn due(&self, now: Timestamp, max: usize) -> Vec<(Namespace, String)>;
+
+    /// Keys of `ns` under `index` that sort after `after`, in key order, at
+    /// most `budget`.
+    fn scan(&self, ns: &Namespace, index: Index<'_>, after: &str, budget: usize) -> Vec<String>;
+
+    /// Visits every record of every namespace in `(namespace, key)` order
+    /// (snapshots, digests); stops at the first error `f` returns.
+    fn for_each_record(
+        &self,
+        f: &mut dyn FnMut(&Namespace, &Record) -> Result<(), CoreError>,
+    ) -> Result<(), CoreError>;
 
     /// The record for a key as of `now` (a lapsed lease shows as ambiguous).
-    pub fn lookup(&self, ns: &Namespace, key: &str, now: Timestamp) -> Option<Record> {
-        let mut record = self.get(ns, key)?.clone();
+    fn lookup(&self, ns: &Namespace, key: &str, now: Timestamp) -> Option<Record> {
+        let mut record = self.get(ns, key)?;
         rules::expire(&mut record, now);
         Some(record)
     }
 
-    fn unindex(&mut self, ns: &Namespace, r: &Record) {
-        let key = r.key.clone();
-        self.by_intent
-            .remove(&(ns.clone(), r.intent_id.clone(), key.clone()));
-        self.by_tool
-            .remove(&(ns.clone(), r.tool.clone(), key.clone()));
-        self.by_status.remove(&(ns.clone(), r.status, key.clone()));
-        if let Some(op) = &r.operation_id {
-            self.by_operation
-                .remove(&(ns.clone(), op.clone(), key.clone()));
-        }
-        if let Some(at) = deadline(r) {
-            self.deadlines.remove(&(at, ns.clone(), key));
-        }
-    }
-
-    fn index(&mut self, ns: &Namespace, r: &Record) {
-        let key = r.key.clone();
-        self.by_intent
-            .insert((ns.clone(), r.intent_id.clone(), key.clone()));
-        self.by_tool
-            .insert((ns.clone(), r.tool.clone(), key.clone()));
-        self.by_status.insert((ns.clone(), r.status, key.clone()));
-        if let Some(op) = &r.operation_id {
-            self.by_operation
-                .insert((ns.clone(), op.clone(), key.clone()));
-        }
-        if let Some(at) = deadline(r) {
-            self.deadlines.insert((at, ns.clone(), key));
-        }
-    }
-
-    /// Stores a record, keeping every index exact.
-    fn put(&mut self, ns: &Namespace, record: Record) {
-        let id = (ns.clone(), record.key.clone());
-        if let Some(old) = self.records.remove(&id) {
-            self.unindex(ns, &old);
-        } else {
-            *self.per_namespace.entry(ns.clone()).or_insert(0) += 1;
-        }
-        self.index(ns, &record);
-        self.records.insert(id, record);
-    }
-
-    fn remove(&mut self, ns: &Namespace, key: &str) {
-        if let Some(old) = self.records.remove(&(ns.clone(), key.to_owned())) {
-            self.unindex(ns, &old);
-            if let Some(n) = self.per_namespace.get_mut(ns) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_namespace.remove(ns);
-                }
-            }
-        }
-    }
-
     /// `begin` on a key. A new key in a full namespace is refused.
-    pub fn begin(
+    fn begin(
         &mut self,
         ns: &Namespace,
         req: &BeginRequest,
         now: Timestamp,
     ) -> Result<BeginAnswer, CoreError> {
         req.validate()?;
-        let existing = self.get(ns, &req.key).cloned();
+        let existing = self.get(ns, &req.key);
         if existing.is_none() && self.len(ns) >= LEDGER_RECORDS_PER_NAMESPACE_MAX {
             return Err(CoreError::limit(
                 "ledger records in namespace",
                 LEDGER_RECORDS_PER_NAMESPACE_MAX,
             ));
         }
-        let (changed, answer) = rules::begin(existing, req, now);
+        let (changed, answer) = rules::begin(existing.clone(), req, now);
         if let Some(record) = changed {
-            self.put(ns, record);
+            self.put(ns, existing.as_ref(), record);
         }
         Ok(answer)
     }
 
     /// `complete` on a key; `retention_ms` dates the purge of a final record.
-    pub fn complete(
+    fn complete(
         &mut self,
         ns: &Namespace,
         req: &CompleteRequest,
@@ -208,16 +147,16 @@ impl Ledger {
         retention_ms: u64,
     ) -> Result<CompleteAnswer, CoreError> {
         req.validate()?;
-        let existing = self.get(ns, &req.key).cloned();
-        let (changed, answer) = rules::complete(existing, req, now, retention_ms);
+        let existing = self.get(ns, &req.key);
+        let (changed, answer) = rules::complete(existing.clone(), req, now, retention_ms);
         if let Some(record) = changed {
-            self.put(ns, record);
+            self.put(ns, existing.as_ref(), record);
         }
         Ok(answer)
     }
 
     /// `resolve` on a key.
-    pub fn resolve(
+    fn resolve(
         &mut self,
         ns: &Namespace,
         req: &ResolveRequest,
@@ -225,10 +164,10 @@ impl Ledger {
         retention_ms: u64,
     ) -> Result<ResolveAnswer, CoreError> {
         req.validate()?;
-        let existing = self.get(ns, &req.key).cloned();
-        let (changed, answer) = rules::resolve(existing, req, now, retention_ms);
+        let existing = self.get(ns, &req.key);
+        let (changed, answer) = rules::resolve(existing.clone(), req, now, retention_ms);
         if let Some(record) = changed {
-            self.put(ns, record);
+            self.put(ns, existing.as_ref(), record);
         }
         Ok(answer)
     }
@@ -236,23 +175,17 @@ impl Ledger {
     /// Applies due deadlines (lease expiry, retention), at most `max` of
     /// them; returns how many it applied. Ambiguous and in-progress records
     /// are never purged.
-    pub fn tick(&mut self, now: Timestamp, max: usize) -> usize {
-        let due: Vec<(Timestamp, Namespace, String)> = self
-            .deadlines
-            .iter()
-            .take_while(|(at, _, _)| *at <= now)
-            .take(max)
-            .cloned()
-            .collect();
-        for (_, ns, key) in &due {
-            let Some(mut record) = self.get(ns, key).cloned() else {
+    fn tick(&mut self, now: Timestamp, max: usize) -> usize {
+        let due = self.due(now, max);
+        for (ns, key) in &due {
+            let Some(old) = self.get(ns, key) else {
                 continue;
             };
+            let mut record = old.clone();
             if rules::expire(&mut record, now) {
-                self.put(ns, record);
-            } else if record.status.is_purgeable() && record.expires_at.is_some_and(|at| now >= at)
-            {
-                self.remove(ns, key);
+                self.put(ns, Some(&old), record);
+            } else if old.status.is_purgeable() && old.expires_at.is_some_and(|at| now >= at) {
+                self.remove(ns, &old);
             }
         }
         due.len()
@@ -262,10 +195,10 @@ impl Ledger {
     ///
     /// Scans at most [`LIST_SCAN_MAX`] candidates per call; a page cut short
     /// by that budget still carries a cursor, so listing always progresses.
-    pub fn list(&self, ns: &Namespace, filter: &ListFilter, now: Timestamp) -> Page {
+    fn list(&self, ns: &Namespace, filter: &ListFilter, now: Timestamp) -> Page {
         let limit = filter.limit.clamp(1, LIST_LIMIT_MAX);
         let after = filter.after_key.clone().unwrap_or_default();
-        let (keys, exhausted) = self.candidate_keys(ns, filter, &after);
+        let (keys, exhausted) = candidate_keys(self, ns, filter, &after);
         let mut records = Vec::new();
         for key in &keys {
             if records.len() == limit {
@@ -292,64 +225,69 @@ impl Ledger {
             next_after_key,
         }
     }
+}
 
-    /// Keys after `after`, in key order, from the narrowest index; and
-    /// whether the index was exhausted within the scan budget.
-    fn candidate_keys(&self, ns: &Namespace, f: &ListFilter, after: &str) -> (Vec<String>, bool) {
-        let budget = LIST_SCAN_MAX + 1;
-        let mut keys: Vec<String> = if let Some(op) = &f.operation_id {
-            scan(&self.by_operation, ns, op, after, budget)
-        } else if let Some(intent) = &f.intent_id {
-            scan(&self.by_intent, ns, intent, after, budget)
-        } else if let Some(tool) = &f.tool {
-            scan(&self.by_tool, ns, tool, after, budget)
-        } else if let Some(status) = f.status {
-            let mut keys = scan(&self.by_status, ns, &status, after, budget);
-            if status == Status::Ambiguous {
-                // A lapsed non-idempotent lease is ambiguous before the next
-                // tick rewrites it; list it as such.
-                keys.extend(scan(
-                    &self.by_status,
-                    ns,
-                    &Status::InProgress,
-                    after,
-                    budget,
-                ));
-                keys.sort();
-                keys.truncate(budget);
-            }
-            keys
-        } else {
-            let lo = (ns.clone(), after.to_owned());
-            let it = self.records.range(lo..);
-            it.take_while(|((n, _), _)| n == ns)
-                .map(|((_, k), _)| k.clone())
-                .filter(|k| k.as_str() > after)
-                .take(budget)
-                .collect()
-        };
-        let exhausted = keys.len() <= LIST_SCAN_MAX;
-        keys.truncate(LIST_SCAN_MAX);
-        (keys, exhausted)
+impl<S: LedgerStore + ?Sized> LedgerStore for Box<S> {
+    fn get(&self, ns: &Namespace, key: &str) -> Option<Record> {
+        (**self).get(ns, key)
+    }
+    fn len(&self, ns: &Namespace) -> usize {
+        (**self).len(ns)
+    }
+    fn put(&mut self, ns: &Namespace, old: Option<&Record>, record: Record) {
+        (**self).put(ns, old, record);
+    }
+    fn remove(&mut self, ns: &Namespace, old: &Record) {
+        (**self).remove(ns, old);
+    }
+    fn due(&self, now: Timestamp, max: usize) -> Vec<(Namespace, String)> {
+        (**self).due(now, max)
+    }
+    fn scan(&self, ns: &Namespace, index: Index<'_>, after: &str, budget: usize) -> Vec<String> {
+        (**self).scan(ns, index, after, budget)
+    }
+    fn for_each_record(
+        &self,
+        f: &mut dyn FnMut(&Namespace, &Record) -> Result<(), CoreError>,
+    ) -> Result<(), CoreError> {
+        (**self).for_each_record(f)
     }
 }
 
-/// Keys under `(ns, value)` in an index, after `after`, at most `budget`.
-fn scan<V: Ord + Clone>(
-    index: &BTreeSet<(Namespace, V, String)>,
+/// A ledger behind a pointer, so one state machine type serves every store.
+pub type BoxedLedger = Box<dyn LedgerStore + Send>;
+
+/// Keys after `after`, in key order, from the narrowest index; and whether
+/// the index was exhausted within the scan budget.
+fn candidate_keys<S: LedgerStore + ?Sized>(
+    store: &S,
     ns: &Namespace,
-    value: &V,
+    f: &ListFilter,
     after: &str,
-    budget: usize,
-) -> Vec<String> {
-    let lo = (ns.clone(), value.clone(), after.to_owned());
-    index
-        .range(lo..)
-        .take_while(|(n, v, _)| n == ns && v == value)
-        .map(|t| t.2.clone())
-        .filter(|k| k.as_str() > after)
-        .take(budget)
-        .collect()
+) -> (Vec<String>, bool) {
+    let budget = LIST_SCAN_MAX + 1;
+    let mut keys = if let Some(op) = &f.operation_id {
+        store.scan(ns, Index::Operation(op), after, budget)
+    } else if let Some(intent) = &f.intent_id {
+        store.scan(ns, Index::Intent(intent), after, budget)
+    } else if let Some(tool) = &f.tool {
+        store.scan(ns, Index::Tool(tool), after, budget)
+    } else if let Some(status) = f.status {
+        let mut keys = store.scan(ns, Index::Status(status), after, budget);
+        if status == Status::Ambiguous {
+            // A lapsed non-idempotent lease is ambiguous before the next
+            // tick rewrites it; list it as such.
+            keys.extend(store.scan(ns, Index::Status(Status::InProgress), after, budget));
+            keys.sort();
+            keys.truncate(budget);
+        }
+        keys
+    } else {
+        store.scan(ns, Index::All, after, budget)
+    };
+    let exhausted = keys.len() <= LIST_SCAN_MAX;
+    keys.truncate(LIST_SCAN_MAX);
+    (keys, exhausted)
 }
 
 fn matches(r: &Record, f: &ListFilter) -> bool {

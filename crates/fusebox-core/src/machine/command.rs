@@ -113,6 +113,8 @@ pub enum Command {
         document: Box<PolicyDocument>,
         /// Who applied it.
         actor: String,
+        /// Why, in the operator's words (may be empty).
+        reason: String,
     },
     /// Store an earlier version's content as a new version.
     RollbackPolicy {

@@ -19,5 +19,7 @@ mod state_machine;
 pub use answer::{Answer, Applied, ReportSummary, WatchEvent};
 pub use command::{Command, OperatorAction, OutcomeReport};
 pub use namespace::{KillSwitch, NamespaceState, PolicyVersion};
-pub use snapshot::SNAPSHOT_FORMAT;
-pub use state_machine::StateMachine;
+pub use snapshot::{
+    hex_digest, SnapshotReader, SnapshotWriter, FLEET_BYTES_MAX, RECORD_BYTES_MAX, SNAPSHOT_FORMAT,
+};
+pub use state_machine::{Fleet, SharedStateMachine, StateMachine};

@@ -21,6 +21,8 @@ pub struct PolicyVersion {
     pub applied_at: Timestamp,
     /// Who applied it.
     pub actor: String,
+    /// Why it was applied, in the operator's words.
+    pub reason: String,
     /// The version it restored, for a rollback.
     pub rolled_back_from: Option<u64>,
 }
@@ -69,6 +71,7 @@ impl NamespaceState {
         document: PolicyDocument,
         at: Timestamp,
         actor: &str,
+        reason: &str,
         rolled_back_from: Option<u64>,
     ) -> u64 {
         let version = self.policy_version() + 1;
@@ -80,6 +83,7 @@ impl NamespaceState {
             document,
             applied_at: at,
             actor: actor.to_owned(),
+            reason: reason.to_owned(),
             rolled_back_from,
         });
         version

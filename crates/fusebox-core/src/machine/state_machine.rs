@@ -5,7 +5,7 @@ use super::command::{Command, OperatorAction, OutcomeReport};
 use super::namespace::{KillSwitch, NamespaceState};
 use crate::breaker::{Breaker, BreakerKey, BreakerView, Observation, Recorded};
 use crate::error::{check_len, check_max_len, CoreError};
-use crate::ledger::Ledger;
+use crate::ledger::{BoxedLedger, Ledger, LedgerStore};
 use crate::limits::{
     BATCH_OUTCOMES_MAX, BREAKERS_PER_NAMESPACE_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX,
     NAMESPACES_MAX, REASON_BYTES_MAX, TICK_TIMERS_MAX,
@@ -18,52 +18,103 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-/// The whole replicated state: namespaces, breakers and the ledger.
+/// The replicated state apart from the ledger: namespaces, breakers and
+/// their timers, the watch revision and the clock. It is small (bounded by
+/// namespaces and breakers) and lives in memory on every store.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StateMachine {
+pub struct Fleet {
     namespaces: BTreeMap<Namespace, NamespaceState>,
     breakers: BTreeMap<BreakerKey, Breaker>,
     breakers_per_namespace: BTreeMap<Namespace, usize>,
     breaker_deadlines: BTreeSet<(Timestamp, BreakerKey)>,
-    ledger: Ledger,
     revision: u64,
     now: Timestamp,
 }
 
-impl StateMachine {
-    /// An empty state.
+/// The whole replicated state: the [`Fleet`] and the ledger, in a store
+/// of the caller's choice (in memory by default).
+///
+/// The fleet never depends on what the ledger answers: every command's
+/// effect on the fleet is decided before or without the ledger. A store
+/// may therefore replay entries whose ledger effects it already holds
+/// (see the server's RocksDB ledger) and still reach the same fleet.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StateMachine<L = Ledger> {
+    fleet: Fleet,
+    ledger: L,
+}
+
+/// A state machine over any ledger store, so one type serves them all.
+pub type SharedStateMachine = StateMachine<BoxedLedger>;
+
+impl StateMachine<Ledger> {
+    /// An empty state with an in-memory ledger.
     pub fn new() -> Self {
         StateMachine::default()
     }
+}
 
+impl<L> StateMachine<L> {
+    /// A state from its parts (a restored fleet and a ledger store).
+    pub fn from_parts(fleet: Fleet, ledger: L) -> Self {
+        StateMachine { fleet, ledger }
+    }
+
+    /// The fleet part (copied into snapshots).
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// Replaces the fleet (a store installing a snapshot, whose ledger it
+    /// has installed itself).
+    pub fn replace_fleet(&mut self, fleet: Fleet) {
+        self.fleet = fleet;
+    }
+
+    /// The ledger store, for storage adapters (entry boundaries, commits);
+    /// ledger changes must go through [`StateMachine::apply`].
+    pub fn ledger_mut(&mut self) -> &mut L {
+        &mut self.ledger
+    }
+
+    /// Swaps the ledger store for another (boxing one, for example).
+    pub fn map_ledger<M>(self, f: impl FnOnce(L) -> M) -> StateMachine<M> {
+        StateMachine {
+            fleet: self.fleet,
+            ledger: f(self.ledger),
+        }
+    }
+}
+
+impl<L: LedgerStore> StateMachine<L> {
     /// The last revision handed to a watch event.
     pub fn revision(&self) -> u64 {
-        self.revision
+        self.fleet.revision
     }
 
     /// The latest entry time applied (entry times are clamped to never go back).
     pub fn now(&self) -> Timestamp {
-        self.now
+        self.fleet.now
     }
 
     /// A namespace's settings, if it exists.
     pub fn namespace(&self, ns: &Namespace) -> Option<&NamespaceState> {
-        self.namespaces.get(ns)
+        self.fleet.namespaces.get(ns)
     }
 
     /// Every namespace, in order.
     pub fn namespaces(&self) -> impl Iterator<Item = (&Namespace, &NamespaceState)> {
-        self.namespaces.iter()
+        self.fleet.namespaces.iter()
     }
 
     /// The ledger.
-    pub fn ledger(&self) -> &Ledger {
+    pub fn ledger(&self) -> &L {
         &self.ledger
     }
 
     /// A breaker, if it exists.
     pub fn breaker(&self, key: &BreakerKey) -> Option<&Breaker> {
-        self.breakers.get(key)
+        self.fleet.breakers.get(key)
     }
 
     /// Every breaker of a namespace, in key order.
@@ -71,7 +122,8 @@ impl StateMachine {
         &'a self,
         ns: &'a Namespace,
     ) -> impl Iterator<Item = (&'a BreakerKey, &'a Breaker)> + 'a {
-        self.breakers
+        self.fleet
+            .breakers
             .range(BreakerKey::server(ns.clone(), min_server())..)
             .take_while(move |(k, _)| &k.namespace == ns)
     }
@@ -79,7 +131,8 @@ impl StateMachine {
     /// The policy document in force in a namespace (defaults if none).
     pub fn policy_document(&self, ns: &Namespace) -> &PolicyDocument {
         static DEFAULTS: LazyLock<PolicyDocument> = LazyLock::new(PolicyDocument::default);
-        self.namespaces
+        self.fleet
+            .namespaces
             .get(ns)
             .and_then(|n| n.policy())
             .map_or(&*DEFAULTS, |p| &p.document)
@@ -92,7 +145,7 @@ impl StateMachine {
 
     /// A breaker as replicas see it (closed at generation 0 if never seen).
     pub fn view(&self, key: &BreakerKey) -> BreakerView {
-        match self.breakers.get(key) {
+        match self.fleet.breakers.get(key) {
             Some(b) => BreakerView::of(key, b, &self.breaker_policy(key)),
             None => BreakerView::closed(key.clone()),
         }
@@ -101,8 +154,8 @@ impl StateMachine {
     /// Applies one command stamped with its entry time.
     pub fn apply(&mut self, command: &Command, entry_time: Timestamp) -> Applied {
         // A new leader's clock may lag the old one's: time never goes back.
-        self.now = self.now.max(entry_time);
-        let now = self.now;
+        self.fleet.now = self.fleet.now.max(entry_time);
+        let now = self.fleet.now;
         let mut events = Vec::new();
         let answer = match self.dispatch(command, now, &mut events) {
             Ok(answer) => answer,
@@ -168,7 +221,15 @@ impl StateMachine {
                 namespace,
                 document,
                 actor,
-            } => self.apply_policy(namespace, document, actor, None, now, events),
+                reason,
+            } => {
+                let change = PolicyChange {
+                    actor,
+                    reason,
+                    rolled_back_from: None,
+                };
+                self.apply_policy(namespace, document, &change, now, events)
+            }
             Command::RollbackPolicy {
                 namespace,
                 version,
@@ -188,7 +249,11 @@ impl StateMachine {
     /// Refuses to begin a write while the namespace's kill switch is
     /// thrown; decided here, in log order, so no write slips past a switch.
     fn check_writes_allowed(&self, ns: &Namespace, effect: EffectClass) -> Result<(), CoreError> {
-        let switch = self.namespaces.get(ns).and_then(|n| n.kill_switch.as_ref());
+        let switch = self
+            .fleet
+            .namespaces
+            .get(ns)
+            .and_then(|n| n.kill_switch.as_ref());
         match switch {
             Some(k) if k.writes_blocked && effect.is_write() => Err(CoreError::WritesBlocked {
                 namespace: ns.to_string(),
@@ -202,10 +267,11 @@ impl StateMachine {
 
     /// Creates the namespace on first use, within [`NAMESPACES_MAX`].
     fn touch_namespace(&mut self, ns: &Namespace) -> Result<&mut NamespaceState, CoreError> {
-        if !self.namespaces.contains_key(ns) && self.namespaces.len() >= NAMESPACES_MAX {
+        if !self.fleet.namespaces.contains_key(ns) && self.fleet.namespaces.len() >= NAMESPACES_MAX
+        {
             return Err(CoreError::limit("namespaces", NAMESPACES_MAX));
         }
-        Ok(self.namespaces.entry(ns.clone()).or_default())
+        Ok(self.fleet.namespaces.entry(ns.clone()).or_default())
     }
 
     /// Runs `f` on a breaker (created if new, within limits), keeping the
@@ -220,10 +286,11 @@ impl StateMachine {
             return Err(CoreError::invalid("backend", "a backend needs a tool"));
         }
         self.touch_namespace(&key.namespace)?;
-        let mut breaker = match self.breakers.remove(key) {
+        let mut breaker = match self.fleet.breakers.remove(key) {
             Some(b) => b,
             None => {
                 let count = self
+                    .fleet
                     .breakers_per_namespace
                     .entry(key.namespace.clone())
                     .or_default();
@@ -241,22 +308,22 @@ impl StateMachine {
         let out = f(&mut breaker);
         if breaker.next_deadline() != deadline {
             if let Some(at) = deadline {
-                self.breaker_deadlines.remove(&(at, key.clone()));
+                self.fleet.breaker_deadlines.remove(&(at, key.clone()));
             }
             if let Some(at) = breaker.next_deadline() {
-                self.breaker_deadlines.insert((at, key.clone()));
+                self.fleet.breaker_deadlines.insert((at, key.clone()));
             }
         }
         debug_assert!(breaker.generation() >= generation, "generations only grow");
         if breaker.generation() != generation {
-            self.revision += 1;
+            self.fleet.revision += 1;
             let policy = breaker_policy_in(self.policy_document(&key.namespace), key);
             events.push(WatchEvent::Breaker {
-                revision: self.revision,
+                revision: self.fleet.revision,
                 view: BreakerView::of(key, &breaker, &policy),
             });
         }
-        self.breakers.insert(key.clone(), breaker);
+        self.fleet.breakers.insert(key.clone(), breaker);
         Ok(out)
     }
 
@@ -352,21 +419,27 @@ impl StateMachine {
         &mut self,
         ns: &Namespace,
         document: &PolicyDocument,
-        actor: &str,
-        rolled_back_from: Option<u64>,
+        change: &PolicyChange<'_>,
         now: Timestamp,
         events: &mut Vec<WatchEvent>,
     ) -> Result<Answer, CoreError> {
-        check_len("actor", actor, ID_BYTES_MAX)?;
+        check_len("actor", change.actor, ID_BYTES_MAX)?;
+        check_max_len("reason", change.reason, REASON_BYTES_MAX)?;
         let problems = document.validate();
         if !problems.is_empty() {
             return Err(CoreError::InvalidPolicy(problems));
         }
         let state = self.touch_namespace(ns)?;
-        let version = state.push_policy(document.clone(), now, actor, rolled_back_from);
-        self.revision += 1;
+        let version = state.push_policy(
+            document.clone(),
+            now,
+            change.actor,
+            change.reason,
+            change.rolled_back_from,
+        );
+        self.fleet.revision += 1;
         events.push(WatchEvent::Policy {
-            revision: self.revision,
+            revision: self.fleet.revision,
             namespace: ns.clone(),
             version,
         });
@@ -384,12 +457,18 @@ impl StateMachine {
     ) -> Result<Answer, CoreError> {
         check_max_len("reason", reason, REASON_BYTES_MAX)?;
         let document = self
+            .fleet
             .namespaces
             .get(ns)
             .and_then(|n| n.version(version))
             .map(|p| p.document.clone())
             .ok_or_else(|| CoreError::not_found("policy version", format!("{ns} v{version}")))?;
-        self.apply_policy(ns, &document, actor, Some(version), now, events)
+        let change = PolicyChange {
+            actor,
+            reason,
+            rolled_back_from: Some(version),
+        };
+        self.apply_policy(ns, &document, &change, now, events)
     }
 
     fn kill_switch(
@@ -411,9 +490,9 @@ impl StateMachine {
             at: now,
         };
         state.kill_switch = Some(switch.clone());
-        self.revision += 1;
+        self.fleet.revision += 1;
         events.push(WatchEvent::KillSwitch {
-            revision: self.revision,
+            revision: self.fleet.revision,
             namespace: ns.clone(),
             writes_blocked,
         });
@@ -422,6 +501,7 @@ impl StateMachine {
 
     fn tick(&mut self, now: Timestamp, events: &mut Vec<WatchEvent>) -> Answer {
         let due: Vec<BreakerKey> = self
+            .fleet
             .breaker_deadlines
             .iter()
             .take_while(|(at, _)| *at <= now)
@@ -437,7 +517,9 @@ impl StateMachine {
         let timers = u32::try_from(due.len() + ledger).unwrap_or(u32::MAX);
         Answer::Ticked { timers }
     }
+}
 
+impl Fleet {
     /// Checks that a restored state's per-namespace breaker counts agree
     /// with its breakers (the counts travel in the snapshot).
     pub(crate) fn check_invariants(&self) -> Result<(), CoreError> {
@@ -456,6 +538,13 @@ impl StateMachine {
         }
         Ok(())
     }
+}
+
+/// Who changed a namespace's policy, why, and from which version.
+struct PolicyChange<'a> {
+    actor: &'a str,
+    reason: &'a str,
+    rolled_back_from: Option<u64>,
 }
 
 fn min_server() -> ServerName {

@@ -17,7 +17,7 @@ use super::{status, watch_stream};
 use crate::backend::Backend;
 use fusebox_core::breaker::{BreakerKey, BreakerState};
 use fusebox_core::limits::LEASE_MS_MAX;
-use fusebox_core::machine::{Answer, Command, ReportSummary, StateMachine};
+use fusebox_core::machine::{Answer, Command, ReportSummary, SharedStateMachine};
 use fusebox_core::{Namespace, ReplicaId, ServerName};
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::breakers_client::BreakersClient;
@@ -105,7 +105,10 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let batch = batch_from_proto(req)?;
         let (sent, unclassified) = (batch.outcomes.len(), batch.unclassified);
         if sent == 0 {
-            let revision = self.gateway.read_local(StateMachine::revision).await?;
+            let revision = self
+                .gateway
+                .read_local(SharedStateMachine::revision)
+                .await?;
             return Ok(Response::new(report_to_proto(
                 &ReportSummary::default(),
                 0,
@@ -366,7 +369,7 @@ impl ListQuery {
 
     /// One page in key order; breakers per namespace are bounded, so the
     /// scan is too.
-    fn run(&self, s: &StateMachine) -> pb::ListBreakersResponse {
+    fn run(&self, s: &SharedStateMachine) -> pb::ListBreakersResponse {
         let mut views = s
             .breakers_in(&self.namespace)
             .filter(|(k, _)| self.after.as_ref().is_none_or(|a| *k > a))
@@ -392,7 +395,7 @@ impl ListQuery {
 
 /// One page of a breaker's audit trail, newest first, below a generation.
 fn history_page(
-    s: &StateMachine,
+    s: &SharedStateMachine,
     key: &BreakerKey,
     below: Option<u64>,
     limit: usize,

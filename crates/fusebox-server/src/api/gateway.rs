@@ -9,7 +9,7 @@
 use super::forward::Forwarder;
 use super::status;
 use crate::backend::{Backend, BackendError, Consistency};
-use fusebox_core::machine::{Answer, Applied, Command, StateMachine};
+use fusebox_core::machine::{Answer, Applied, Command, SharedStateMachine};
 use std::future::Future;
 use std::sync::Arc;
 use tonic::transport::Channel;
@@ -83,7 +83,7 @@ impl<B: Backend> Gateway<B> {
     /// follower): the caller then forwards.
     pub async fn read<T, F>(&self, consistency: Consistency, f: F) -> Result<Served<T>, Status>
     where
-        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        F: FnOnce(&SharedStateMachine) -> T + Send + 'static,
         T: Send + 'static,
     {
         match self.backend.read(consistency, f).await {
@@ -95,7 +95,7 @@ impl<B: Backend> Gateway<B> {
     /// Reads this node's applied state.
     pub async fn read_local<T, F>(&self, f: F) -> Result<T, Status>
     where
-        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        F: FnOnce(&SharedStateMachine) -> T + Send + 'static,
         T: Send + 'static,
     {
         self.backend
@@ -108,7 +108,7 @@ impl<B: Backend> Gateway<B> {
     pub async fn revision_after(&self, applied: &Applied) -> Result<u64, Status> {
         match applied.events.last() {
             Some(event) => Ok(event.revision()),
-            None => self.read_local(StateMachine::revision).await,
+            None => self.read_local(SharedStateMachine::revision).await,
         }
     }
 

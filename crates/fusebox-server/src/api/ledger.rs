@@ -15,7 +15,9 @@ use super::convert::{self, meta, namespace, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::{Backend, Consistency};
-use fusebox_core::ledger::{CompleteAnswer, Record, ResolveAnswer, Status as RecordStatus};
+use fusebox_core::ledger::{
+    CompleteAnswer, LedgerStore, Record, ResolveAnswer, Status as RecordStatus,
+};
 use fusebox_core::limits::IDEMPOTENCY_KEY_BYTES_MAX;
 use fusebox_core::machine::{Answer, Command};
 use fusebox_core::{Namespace, Timestamp};

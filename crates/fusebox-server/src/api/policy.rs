@@ -14,7 +14,7 @@ use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
 use fusebox_core::limits::REASON_BYTES_MAX;
-use fusebox_core::machine::{Answer, Command, StateMachine};
+use fusebox_core::machine::{Answer, Command, SharedStateMachine};
 use fusebox_core::policy::PolicyDocument;
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
@@ -141,6 +141,7 @@ impl<B: Backend> Policy for PolicyService<B> {
             namespace: ns.clone(),
             document: Box::new(document),
             actor: who,
+            reason: req.reason.clone(),
         };
         let applied = here_or_forward!(
             self,
@@ -284,7 +285,7 @@ impl<B: Backend> Policy for PolicyService<B> {
 /// One page of versions, newest first, below a version; `None` when the
 /// namespace has no policy.
 fn history_page(
-    s: &StateMachine,
+    s: &SharedStateMachine,
     ns: &Namespace,
     below: Option<u64>,
     limit: usize,

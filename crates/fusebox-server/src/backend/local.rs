@@ -2,23 +2,28 @@
 
 use super::{Backend, BackendError, Consistency};
 use crate::watch::{WatchHub, WatchStart};
-use fusebox_core::machine::{Applied, Command, StateMachine};
+use fusebox_core::ledger::BoxedLedger;
+use fusebox_core::machine::{Applied, Command, SharedStateMachine, StateMachine};
 use fusebox_core::{Namespace, Timestamp};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Applies commands directly to one state machine, stamped with this
 /// machine's clock. Not replicated and not durable: API tests only.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct LocalBackend {
-    state: Arc<Mutex<StateMachine>>,
+    state: Arc<Mutex<SharedStateMachine>>,
     hub: Arc<WatchHub>,
 }
 
 impl LocalBackend {
     /// A backend over an empty state.
     pub fn new() -> Self {
-        LocalBackend::default()
+        let state = StateMachine::new().map_ledger(|l| -> BoxedLedger { Box::new(l) });
+        LocalBackend {
+            state: Arc::new(Mutex::new(state)),
+            hub: Arc::default(),
+        }
     }
 
     /// Applies a command at an explicit time (tests that control time).
@@ -30,6 +35,12 @@ impl LocalBackend {
         let applied = state.apply(command, at);
         self.hub.publish(&applied.events);
         Ok(applied)
+    }
+}
+
+impl Default for LocalBackend {
+    fn default() -> Self {
+        LocalBackend::new()
     }
 }
 
@@ -47,7 +58,7 @@ impl Backend for LocalBackend {
 
     async fn read<T, F>(&self, _consistency: Consistency, f: F) -> Result<T, BackendError>
     where
-        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        F: FnOnce(&SharedStateMachine) -> T + Send + 'static,
         T: Send + 'static,
     {
         let state = self

@@ -9,7 +9,7 @@
 pub mod local;
 
 use crate::watch::WatchStart;
-use fusebox_core::machine::{Applied, Command, StateMachine};
+use fusebox_core::machine::{Applied, Command, SharedStateMachine};
 use fusebox_core::Namespace;
 use std::future::Future;
 use thiserror::Error;
@@ -63,7 +63,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
         f: F,
     ) -> impl Future<Output = Result<T, BackendError>> + Send
     where
-        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        F: FnOnce(&SharedStateMachine) -> T + Send + 'static,
         T: Send + 'static;
 
     /// Subscribes to a namespace's changes from `from_revision` (exclusive),

@@ -4,7 +4,7 @@
 use crate::backend::{Backend, BackendError, Consistency};
 use crate::metrics::Metrics;
 use crate::watch::{WatchHub, WatchStart};
-use fusebox_core::machine::{Applied, Command, StateMachine};
+use fusebox_core::machine::{Applied, Command, SharedStateMachine};
 use fusebox_core::Namespace;
 use fusebox_raft_store::{Request, StateStore, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
@@ -86,7 +86,7 @@ impl Backend for RaftBackend {
 
     async fn read<T, F>(&self, consistency: Consistency, f: F) -> Result<T, BackendError>
     where
-        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        F: FnOnce(&SharedStateMachine) -> T + Send + 'static,
         T: Send + 'static,
     {
         if consistency == Consistency::Linearizable {
@@ -103,7 +103,11 @@ impl Backend for RaftBackend {
                 return Err(BackendError::Unavailable(e.to_string()));
             }
         }
-        Ok(self.state.with_state(f))
+        // Ledger reads touch RocksDB: off the runtime's worker threads.
+        let state = self.state.clone();
+        tokio::task::spawn_blocking(move || state.with_state(f))
+            .await
+            .map_err(|e| BackendError::Fatal(format!("read task failed: {e}")))
     }
 
     async fn watch(

@@ -23,6 +23,9 @@ use tonic::{Request, Response, Status};
 pub const FORWARDED_HEADER: &str = "x-fusebox-forwarded";
 /// Deadline of a membership change, forwarded or not.
 pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long Status waits for the Raft core to show it still runs; a core
+/// too busy to answer in time counts as running.
+const CORE_ALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Serves cluster status and membership.
 #[derive(Clone)]
@@ -127,6 +130,15 @@ impl Cluster for ClusterService {
         request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
         let with_switches = request.get_ref().include_kill_switches;
+        // Metrics keep their last value after the Raft core stopped (a
+        // panic, a storage error): ask the core, so a stopped node never
+        // reports the role it had.
+        let alive = self.backend.raft.with_raft_state(|_| ());
+        if let Ok(Err(fatal)) = tokio::time::timeout(CORE_ALIVE_TIMEOUT, alive).await {
+            return Err(Status::unavailable(format!(
+                "raft stopped on this node: {fatal}"
+            )));
+        }
         let m = self.metrics();
         let kill_switches = if with_switches {
             self.backend.state.with_state(|s| {
@@ -157,6 +169,8 @@ impl Cluster for ClusterService {
             applied_index: m.last_applied.map_or(0, |l| l.index),
             members: members(&m),
             kill_switches,
+            snapshot_index: m.snapshot.map(|l| l.index),
+            purged_index: m.purged.map(|l| l.index),
         }))
     }
 

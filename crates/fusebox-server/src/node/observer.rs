@@ -3,7 +3,7 @@
 
 use crate::metrics::Metrics;
 use crate::watch::WatchHub;
-use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_raft_store::ApplyObserver;
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ pub struct Observer {
 }
 
 impl ApplyObserver for Observer {
-    fn applied(&self, _state: &StateMachine, events: &[WatchEvent]) {
+    fn applied(&self, _state: &SharedStateMachine, events: &[WatchEvent]) {
         for event in events {
             if let WatchEvent::Breaker { view, .. } = event {
                 Metrics::count(&self.metrics.breaker_transitions, view.state.as_str());
@@ -25,7 +25,7 @@ impl ApplyObserver for Observer {
         self.hub.publish(events);
     }
 
-    fn installed(&self, _state: &StateMachine) {
+    fn installed(&self, _state: &SharedStateMachine) {
         // Revisions may jump past what the hub remembers: watchers resync.
         self.hub.reset();
     }

@@ -73,6 +73,14 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_entries),
         max_in_snapshot_log_to_keep: t.log_kept_behind_snapshot,
         purge_batch_size: 256,
+        // A voter whose data directory was lost and that restarts under the
+        // same id reports a log shorter than the leader last saw. Without
+        // this, openraft's debug builds panic the leader's core on it and
+        // release builds accept it anyway; accepting it always keeps both
+        // alike and lets the node catch up by snapshot. The safe procedure
+        // (remove, restart with --join, add back) stays documented: see
+        // docs/decisions/0003-openraft-and-rocksdb.md.
+        allow_log_reversion: Some(true),
         ..Default::default()
     };
     raft.validate()

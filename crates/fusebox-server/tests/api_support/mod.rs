@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
-use fusebox_core::machine::{Applied, Command, StateMachine};
+use fusebox_core::machine::{Applied, Command, SharedStateMachine};
 use fusebox_core::Namespace;
 use fusebox_proto::v1::breakers_client::BreakersClient;
 use fusebox_proto::v1::ledger_client::LedgerClient;
@@ -164,7 +164,7 @@ impl Backend for Follower {
 
     async fn read<T, F>(&self, consistency: Consistency, f: F) -> Result<T, BackendError>
     where
-        F: FnOnce(&StateMachine) -> T + Send + 'static,
+        F: FnOnce(&SharedStateMachine) -> T + Send + 'static,
         T: Send + 'static,
     {
         match consistency {

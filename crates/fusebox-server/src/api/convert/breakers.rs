@@ -5,7 +5,7 @@ use crate::api::status;
 use fusebox_core::breaker::{
     AuditEntry, BreakerKey, BreakerState, BreakerView, Cause, Mode, Phase,
 };
-use fusebox_core::machine::StateMachine;
+use fusebox_core::machine::SharedStateMachine;
 use fusebox_core::policy::Trip;
 use fusebox_core::{BackendName, Namespace, ServerName, ToolName};
 use fusebox_proto::v1 as pb;
@@ -90,7 +90,7 @@ pub fn state_from_proto(field: &str, value: i32) -> Result<BreakerState, Status>
 
 /// A breaker as replicas need it: the view (from an event or the state)
 /// completed with the policy numbers and evidence the state holds now.
-pub fn view_to_proto(state: &StateMachine, view: &BreakerView) -> pb::BreakerView {
+pub fn view_to_proto(state: &SharedStateMachine, view: &BreakerView) -> pb::BreakerView {
     let policy = state.breaker_policy(&view.key);
     let breaker = state.breaker(&view.key);
     let audit_last = breaker.and_then(|b| b.audit().last());
@@ -132,6 +132,7 @@ pub fn view_to_proto(state: &StateMachine, view: &BreakerView) -> pb::BreakerVie
         shadow_would_reject: view.would_reject,
         reopen_count: reopens,
         changed_at_ms: audit_last.map_or(0, |e| e.at.as_millis()),
+        shadow: view.shadow,
     }
 }
 

@@ -5,7 +5,7 @@ use super::name;
 use crate::api::status;
 use fusebox_core::breaker::{BreakerKey, BreakerState, ProbeAnswer, ProbeResult};
 use fusebox_core::limits::BATCH_OUTCOMES_MAX;
-use fusebox_core::machine::{OutcomeReport, ReportSummary, StateMachine};
+use fusebox_core::machine::{OutcomeReport, ReportSummary, SharedStateMachine};
 use fusebox_core::policy::Scope;
 use fusebox_core::{BackendName, Namespace, OutcomeClass, ReplicaId, ServerName, ToolName};
 use fusebox_proto::v1 as pb;
@@ -108,7 +108,7 @@ impl PendingOutcome {
 /// the breaker's current one (the replica had no view, so it called under
 /// whatever was current).
 pub fn reports(
-    state: &StateMachine,
+    state: &SharedStateMachine,
     ns: &Namespace,
     pending: Vec<PendingOutcome>,
 ) -> Vec<OutcomeReport> {

@@ -48,7 +48,7 @@ pub fn version_to_proto(
         document: if with_document { text } else { String::new() },
         format: pb::PolicyFormat::Toml as i32,
         actor: v.actor.clone(),
-        reason: String::new(),
+        reason: v.reason.clone(),
         applied_at_ms: v.applied_at.as_millis(),
         rollback_of: v.rolled_back_from,
     }

@@ -11,14 +11,14 @@
 use super::breakers::view_to_proto;
 use super::policy::{kill_switch_to_proto, version_to_proto};
 use crate::watch::WatchSnapshot;
-use fusebox_core::machine::{StateMachine, WatchEvent};
+use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::watch_event::Event;
 
 /// Events of `ns` on the wire, in the order given.
 pub fn events_to_proto(
-    state: &StateMachine,
+    state: &SharedStateMachine,
     ns: &Namespace,
     events: &[WatchEvent],
 ) -> Vec<pb::WatchEvent> {
@@ -32,7 +32,7 @@ pub fn events_to_proto(
         .collect()
 }
 
-fn event_to_proto(state: &StateMachine, event: &WatchEvent) -> Event {
+fn event_to_proto(state: &SharedStateMachine, event: &WatchEvent) -> Event {
     match event {
         WatchEvent::Breaker { view, .. } => Event::Breaker(view_to_proto(state, view)),
         WatchEvent::Policy {
@@ -46,7 +46,7 @@ fn event_to_proto(state: &StateMachine, event: &WatchEvent) -> Event {
     }
 }
 
-fn policy_version(state: &StateMachine, ns: &Namespace, version: u64) -> pb::PolicyVersion {
+fn policy_version(state: &SharedStateMachine, ns: &Namespace, version: u64) -> pb::PolicyVersion {
     match state.namespace(ns).and_then(|n| n.version(version)) {
         Some(v) => version_to_proto(ns, v, true),
         // Rolled off already: the number still tells the client what is in
@@ -59,7 +59,7 @@ fn policy_version(state: &StateMachine, ns: &Namespace, version: u64) -> pb::Pol
     }
 }
 
-fn kill_switch(state: &StateMachine, ns: &Namespace, writes_blocked: bool) -> pb::KillSwitch {
+fn kill_switch(state: &SharedStateMachine, ns: &Namespace, writes_blocked: bool) -> pb::KillSwitch {
     let current = state.namespace(ns).and_then(|n| n.kill_switch.as_ref());
     match current.filter(|k| k.writes_blocked == writes_blocked) {
         Some(k) => kill_switch_to_proto(Some(k)),
@@ -73,7 +73,7 @@ fn kill_switch(state: &StateMachine, ns: &Namespace, writes_blocked: bool) -> pb
 /// A snapshot as events sharing its revision, `chunk` breakers each; the
 /// first carries the policy and kill switch, the last sets `last_chunk`.
 pub fn snapshot_to_proto(
-    state: &StateMachine,
+    state: &SharedStateMachine,
     ns: &Namespace,
     snapshot: &WatchSnapshot,
     chunk: usize,

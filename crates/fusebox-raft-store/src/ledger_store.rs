@@ -1,0 +1,642 @@
+//! The ledger in RocksDB: records and their indexes on disk, so a node's
+//! memory stays bounded however many idempotency keys it holds.
+//!
+//! # Layout
+//!
+//! - `ledger`: `key(namespace) key(idempotency key)` → the encoded record.
+//! - `ledger_index`: one empty value per index entry, under a tag byte:
+//!   `i` intent, `t` tool, `s` status, `o` operation id (each
+//!   `tag key(ns) key(value) key(idempotency key)`), `d` deadlines
+//!   (`tag millis(8, big-endian) key(ns) key(idempotency key)`), and `c`
+//!   per-namespace record counts (`c key(ns)` → u64, little-endian).
+//! - `meta` / `ledger_applied`: the last log index whose ledger changes are
+//!   on disk.
+//!
+//! `key(s)` escapes `0x00` as `0x00 0xff` and ends with `0x00 0x00`, so the
+//! byte order of encoded tuples is the order of the tuples: every index scan
+//! is a range scan that yields keys in key order, exactly like the
+//! in-memory [`fusebox_core::ledger::Ledger`] (which the tests compare it to).
+//!
+//! # Atomicity with the log
+//!
+//! The state machine store calls [`LedgerControl::begin_entry`] before it
+//! applies an entry and [`LedgerControl::commit`] after: the entry's ledger
+//! changes and its index go to RocksDB in one `WriteBatch`, so the ledger on
+//! disk is always exactly the ledger after some entry. On restart the fleet
+//! (breakers, policies) comes from the last snapshot, which is never newer
+//! than the ledger (its synced write follows every ledger batch it covers
+//! in the one WAL), and openraft replays the log after it: entries the
+//! ledger already holds are applied to the fleet only ([`LedgerControl`]
+//! discards their ledger writes), which is sound because the fleet never
+//! depends on what the ledger answers.
+//!
+//! # Failures
+//!
+//! A read that fails, or a stored value that does not decode, is latched:
+//! the read answers "absent", the entry's batch is refused at commit, and
+//! the error stops Raft before any answer computed from it is acknowledged.
+
+use crate::codec::{decode, encode};
+use crate::rocks::{cf, db_error, CF_LEDGER, CF_LEDGER_INDEX, CF_META};
+use fusebox_core::ledger::{deadline, Index, LedgerStore, Record, Status};
+use fusebox_core::machine::{SnapshotReader, SnapshotWriter};
+use fusebox_core::time::Timestamp;
+use fusebox_core::{CoreError, Namespace};
+use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions, DB};
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+const KEY_LEDGER_APPLIED: &[u8] = b"ledger_applied";
+const TAG_INTENT: u8 = b'i';
+const TAG_TOOL: u8 = b't';
+const TAG_STATUS: u8 = b's';
+const TAG_OPERATION: u8 = b'o';
+const TAG_DEADLINE: u8 = b'd';
+const TAG_COUNT: u8 = b'c';
+
+/// Appends `s` so that encoded strings sort like the strings.
+fn push_key(out: &mut Vec<u8>, s: &str) {
+    for b in s.bytes() {
+        if b == 0 {
+            out.extend_from_slice(&[0, 0xff]);
+        } else {
+            out.push(b);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+}
+
+/// Reads one string written by [`push_key`]; returns it and the rest.
+fn read_key(bytes: &[u8]) -> Option<(String, &[u8])> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        match (bytes.get(i)?, bytes.get(i + 1)) {
+            (0, Some(0)) => break,
+            (0, Some(0xff)) => {
+                out.push(0);
+                i += 2;
+            }
+            (0, _) => return None,
+            (b, _) => {
+                out.push(*b);
+                i += 1;
+            }
+        }
+    }
+    Some((String::from_utf8(out).ok()?, &bytes[i + 2..]))
+}
+
+fn record_key(ns: &Namespace, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ns.as_str().len() + key.len() + 4);
+    push_key(&mut out, ns.as_str());
+    push_key(&mut out, key);
+    out
+}
+
+fn status_byte(status: Status) -> u8 {
+    match status {
+        Status::InProgress => 1,
+        Status::Succeeded => 2,
+        Status::Failed => 3,
+        Status::Ambiguous => 4,
+        Status::Released => 5,
+        Status::Abandoned => 6,
+    }
+}
+
+/// The prefix every key of `index` in `ns` starts with.
+fn index_prefix(ns: &Namespace, index: Index<'_>) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let indexed = match index {
+        Index::All => {
+            push_key(&mut out, ns.as_str());
+            return (out, false);
+        }
+        Index::Intent(v) => (TAG_INTENT, Some(v)),
+        Index::Tool(t) => (TAG_TOOL, Some(t.as_str())),
+        Index::Operation(v) => (TAG_OPERATION, Some(v)),
+        Index::Status(s) => {
+            out.push(TAG_STATUS);
+            push_key(&mut out, ns.as_str());
+            out.push(status_byte(s));
+            return (out, true);
+        }
+    };
+    out.push(indexed.0);
+    push_key(&mut out, ns.as_str());
+    if let Some(value) = indexed.1 {
+        push_key(&mut out, value);
+    }
+    (out, true)
+}
+
+fn deadline_key(at: Timestamp, ns: &Namespace, key: &str) -> Vec<u8> {
+    let mut out = vec![TAG_DEADLINE];
+    out.extend_from_slice(&at.as_millis().to_be_bytes());
+    push_key(&mut out, ns.as_str());
+    push_key(&mut out, key);
+    out
+}
+
+fn count_key(ns: &Namespace) -> Vec<u8> {
+    let mut out = vec![TAG_COUNT];
+    push_key(&mut out, ns.as_str());
+    out
+}
+
+/// Every index key a record is listed under.
+fn index_keys(ns: &Namespace, r: &Record) -> Vec<Vec<u8>> {
+    let with_key = |index: Index<'_>| {
+        let (mut k, _) = index_prefix(ns, index);
+        push_key(&mut k, &r.key);
+        k
+    };
+    let mut keys = vec![
+        with_key(Index::Intent(&r.intent_id)),
+        with_key(Index::Tool(&r.tool)),
+        with_key(Index::Status(r.status)),
+    ];
+    if let Some(op) = &r.operation_id {
+        keys.push(with_key(Index::Operation(op)));
+    }
+    if let Some(at) = deadline(r) {
+        keys.push(deadline_key(at, ns, &r.key));
+    }
+    keys
+}
+
+/// Decodes a `ledger` column family entry.
+fn decode_record(key: &[u8], value: &[u8]) -> io::Result<(Namespace, Record)> {
+    let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+    let (ns, rest) = read_key(key).ok_or_else(|| bad(format!("ledger key {key:02x?}")))?;
+    let (k, rest) = read_key(rest).ok_or_else(|| bad(format!("ledger key {key:02x?}")))?;
+    let ns = Namespace::new(ns).map_err(|e| bad(format!("ledger namespace: {e}")))?;
+    let record: Record = decode("ledger record", value)?;
+    if record.key != k || !rest.is_empty() {
+        return Err(bad(format!("ledger record under the wrong key {key:02x?}")));
+    }
+    Ok((ns, record))
+}
+
+/// One entry's changes, waiting for [`LedgerControl::commit`].
+#[derive(Default)]
+struct Pending {
+    /// The entry being applied, and whether the disk already holds it.
+    entry: Option<u64>,
+    replay: bool,
+    records: BTreeMap<Vec<u8>, Option<Record>>,
+    index: BTreeMap<Vec<u8>, bool>,
+    counts: BTreeMap<Namespace, i64>,
+}
+
+struct Inner {
+    db: Arc<DB>,
+    /// Records per namespace as on disk (namespaces are bounded).
+    counts: BTreeMap<Namespace, u64>,
+    /// The last log index whose ledger changes are on disk.
+    applied: Option<u64>,
+    pending: Pending,
+    fault: Option<String>,
+}
+
+/// The RocksDB ledger: the [`LedgerStore`] the state machine uses. Clones
+/// share one ledger; [`LedgerControl`] marks entry boundaries on it.
+#[derive(Clone)]
+pub struct RocksLedger {
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// The store's side of a [`RocksLedger`]: entry boundaries, commits,
+/// snapshot writing and installing.
+#[derive(Clone)]
+pub(crate) struct LedgerControl {
+    ledger: RocksLedger,
+}
+
+impl RocksLedger {
+    /// Opens the ledger in `db`: loads the counts and the applied index.
+    pub(crate) fn open(db: Arc<DB>) -> io::Result<(RocksLedger, LedgerControl)> {
+        let applied = load_applied(&db)?;
+        let counts = load_counts(&db)?;
+        let total: u64 = counts.values().sum();
+        tracing::info!(records = total, ledger_applied = ?applied, "ledger opened");
+        let ledger = RocksLedger {
+            inner: Arc::new(Mutex::new(Inner {
+                db,
+                counts,
+                applied,
+                pending: Pending::default(),
+                fault: None,
+            })),
+        };
+        let control = LedgerControl {
+            ledger: ledger.clone(),
+        };
+        Ok((ledger, control))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing panics while holding it; if something did, the latched
+        // fault (if any) still refuses the next commit.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Inner {
+    fn latch(&mut self, doing: &str, e: impl std::fmt::Display) {
+        tracing::error!(error = %e, doing, "ledger storage failed");
+        self.fault.get_or_insert_with(|| format!("{doing}: {e}"));
+    }
+
+    fn read_record(&mut self, key: &[u8]) -> Option<Record> {
+        if let Some(pending) = self.pending.records.get(key) {
+            return pending.clone();
+        }
+        let db = self.db.clone();
+        let family = match cf(&db, CF_LEDGER) {
+            Ok(f) => f,
+            Err(e) => return self.latched("open ledger family", e),
+        };
+        let bytes = match db.get_pinned_cf(family, key) {
+            Ok(b) => b?,
+            Err(e) => return self.latched("read ledger record", e),
+        };
+        match decode_record(key, &bytes) {
+            Ok((_, record)) => Some(record),
+            Err(e) => self.latched("decode ledger record", e),
+        }
+    }
+
+    fn latched<T>(&mut self, doing: &str, e: impl std::fmt::Display) -> Option<T> {
+        self.latch(doing, e);
+        None
+    }
+
+    /// Index keys under `prefix` from `start`, decoded to their last key
+    /// component, at most `budget`.
+    fn scan_keys(
+        &mut self,
+        family: &str,
+        prefix: &[u8],
+        start: &[u8],
+        upper: Option<Vec<u8>>,
+        budget: usize,
+    ) -> Vec<Vec<u8>> {
+        let db = self.db.clone();
+        let handle = match cf(&db, family) {
+            Ok(f) => f,
+            Err(e) => return self.latched("open ledger family", e).unwrap_or_default(),
+        };
+        let mut options = ReadOptions::default();
+        options.set_iterate_lower_bound(start.to_vec());
+        if let Some(upper) = upper {
+            options.set_iterate_upper_bound(upper);
+        }
+        let iter = db.iterator_cf_opt(
+            handle,
+            options,
+            IteratorMode::From(start, Direction::Forward),
+        );
+        let mut out = Vec::new();
+        for item in iter {
+            match item {
+                Ok((k, _)) if k.starts_with(prefix) => out.push(k[prefix.len()..].to_vec()),
+                Ok(_) => break,
+                Err(e) => {
+                    self.latch("scan ledger index", e);
+                    break;
+                }
+            }
+            if out.len() >= budget {
+                break;
+            }
+        }
+        out
+    }
+}
+
+impl LedgerStore for RocksLedger {
+    fn get(&self, ns: &Namespace, key: &str) -> Option<Record> {
+        self.lock().read_record(&record_key(ns, key))
+    }
+
+    fn len(&self, ns: &Namespace) -> usize {
+        let inner = self.lock();
+        let stored = inner.counts.get(ns).copied().unwrap_or(0) as i64;
+        let delta = inner.pending.counts.get(ns).copied().unwrap_or(0);
+        usize::try_from(stored + delta).unwrap_or(0)
+    }
+
+    fn put(&mut self, ns: &Namespace, old: Option<&Record>, record: Record) {
+        let mut inner = self.lock();
+        let pending = &mut inner.pending;
+        match old {
+            Some(old) => {
+                for k in index_keys(ns, old) {
+                    pending.index.insert(k, false);
+                }
+            }
+            None => *pending.counts.entry(ns.clone()).or_default() += 1,
+        }
+        for k in index_keys(ns, &record) {
+            pending.index.insert(k, true);
+        }
+        pending
+            .records
+            .insert(record_key(ns, &record.key), Some(record));
+    }
+
+    fn remove(&mut self, ns: &Namespace, old: &Record) {
+        let mut inner = self.lock();
+        let pending = &mut inner.pending;
+        for k in index_keys(ns, old) {
+            pending.index.insert(k, false);
+        }
+        *pending.counts.entry(ns.clone()).or_default() -= 1;
+        pending.records.insert(record_key(ns, &old.key), None);
+    }
+
+    fn due(&self, now: Timestamp, max: usize) -> Vec<(Namespace, String)> {
+        let mut inner = self.lock();
+        debug_assert!(inner.pending.index.is_empty(), "due reads the disk only");
+        let prefix = [TAG_DEADLINE];
+        // Deadlines sort by time: stop at the first one after `now`.
+        let mut upper = vec![TAG_DEADLINE];
+        upper.extend_from_slice(&now.as_millis().saturating_add(1).to_be_bytes());
+        let raw = inner.scan_keys(CF_LEDGER_INDEX, &prefix, &prefix, Some(upper), max);
+        let mut out = Vec::new();
+        for rest in raw {
+            let Some((at, tail)) = rest.split_first_chunk::<8>() else {
+                inner.latch("decode deadline", "short key");
+                break;
+            };
+            if u64::from_be_bytes(*at) > now.as_millis() {
+                break;
+            }
+            let parsed = read_key(tail).and_then(|(ns, tail)| Some((ns, read_key(tail)?.0)));
+            match parsed.and_then(|(ns, k)| Some((Namespace::new(ns).ok()?, k))) {
+                Some(pair) => out.push(pair),
+                None => {
+                    inner.latch("decode deadline", "bad key");
+                    break;
+                }
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        out
+    }
+
+    fn scan(&self, ns: &Namespace, index: Index<'_>, after: &str, budget: usize) -> Vec<String> {
+        let mut inner = self.lock();
+        let (prefix, in_index) = index_prefix(ns, index);
+        let family = if in_index { CF_LEDGER_INDEX } else { CF_LEDGER };
+        let mut start = prefix.clone();
+        push_key(&mut start, after);
+        // One more than asked: the cursor key itself is skipped.
+        let raw = inner.scan_keys(family, &prefix, &start, None, budget.saturating_add(1));
+        let mut keys = Vec::new();
+        for rest in raw {
+            match read_key(&rest) {
+                Some((k, _)) if k.as_str() > after => keys.push(k),
+                Some(_) => {}
+                None => {
+                    inner.latch("decode ledger index", "bad key");
+                    break;
+                }
+            }
+        }
+        keys.truncate(budget);
+        keys
+    }
+
+    fn for_each_record(
+        &self,
+        f: &mut dyn FnMut(&Namespace, &Record) -> Result<(), CoreError>,
+    ) -> Result<(), CoreError> {
+        let db = self.lock().db.clone();
+        let family = cf(&db, CF_LEDGER).map_err(snapshot_error)?;
+        for item in db.iterator_cf(family, IteratorMode::Start) {
+            let (k, v) = item.map_err(|e| snapshot_error(db_error("iterate ledger", e)))?;
+            let (ns, record) = decode_record(&k, &v).map_err(snapshot_error)?;
+            f(&ns, &record)?;
+        }
+        Ok(())
+    }
+}
+
+fn snapshot_error(e: io::Error) -> CoreError {
+    CoreError::Snapshot(e.to_string())
+}
+
+impl LedgerControl {
+    /// Starts applying log entry `index`; if the ledger on disk already
+    /// holds it, the entry's ledger writes will be discarded.
+    pub(crate) fn begin_entry(&self, index: u64) {
+        let mut inner = self.ledger.lock();
+        let replay = inner.applied.is_some_and(|applied| index <= applied);
+        inner.pending = Pending {
+            entry: Some(index),
+            replay,
+            ..Pending::default()
+        };
+    }
+
+    /// Writes the entry's changes and its index in one batch (not synced:
+    /// the committed log is durable, and a later synced write or a replay
+    /// covers this one). Refuses if a read failed while applying it.
+    pub(crate) fn commit(&self) -> io::Result<()> {
+        let mut inner = self.ledger.lock();
+        let pending = std::mem::take(&mut inner.pending);
+        if let Some(fault) = inner.fault.clone() {
+            return Err(io::Error::other(format!("ledger storage failed: {fault}")));
+        }
+        let Some(index) = pending.entry else {
+            return Ok(());
+        };
+        let unchanged = pending.records.is_empty() && pending.index.is_empty();
+        if pending.replay || unchanged {
+            return Ok(());
+        }
+        let mut counts = inner.counts.clone();
+        for (ns, delta) in &pending.counts {
+            let n = counts.entry(ns.clone()).or_default();
+            *n = n.saturating_add_signed(*delta);
+        }
+        let batch = changes_batch(&inner.db, &pending, &counts, index)?;
+        inner
+            .db
+            .write(batch)
+            .map_err(|e| db_error("write ledger batch", e))?;
+        counts.retain(|_, n| *n > 0);
+        inner.counts = counts;
+        inner.applied = Some(index);
+        Ok(())
+    }
+
+    /// Writes every record of the ledger, as of a point-in-time view of the
+    /// database, into `writer`. Runs concurrently with applies.
+    pub(crate) fn write_snapshot_records(
+        &self,
+        db: &DB,
+        view: &rocksdb::SnapshotWithThreadMode<'_, DB>,
+        writer: &mut SnapshotWriter,
+    ) -> io::Result<()> {
+        let family = cf(db, CF_LEDGER)?;
+        for item in view.iterator_cf(family, IteratorMode::Start) {
+            let (k, v) = item.map_err(|e| db_error("iterate ledger for snapshot", e))?;
+            let (ns, record) = decode_record(&k, &v)?;
+            writer
+                .record(&ns, &record)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the whole ledger with a snapshot's records, as of log index
+    /// `index`, in one synced batch.
+    pub(crate) fn install(
+        &self,
+        reader: &mut SnapshotReader<'_>,
+        index: Option<u64>,
+    ) -> io::Result<()> {
+        let mut inner = self.ledger.lock();
+        let db = inner.db.clone();
+        let (records, indexes, meta) = (
+            cf(&db, CF_LEDGER)?,
+            cf(&db, CF_LEDGER_INDEX)?,
+            cf(&db, CF_META)?,
+        );
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(records, [0u8].as_slice(), [0xffu8].as_slice());
+        batch.delete_range_cf(indexes, [0u8].as_slice(), [0xffu8].as_slice());
+        let mut counts: BTreeMap<Namespace, u64> = BTreeMap::new();
+        let invalid = |e: CoreError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+        while let Some((ns, record)) = reader.next_record().map_err(invalid)? {
+            for k in index_keys(&ns, &record) {
+                batch.put_cf(indexes, k, []);
+            }
+            batch.put_cf(
+                records,
+                record_key(&ns, &record.key),
+                encode("ledger record", &record)?,
+            );
+            *counts.entry(ns).or_default() += 1;
+        }
+        for (ns, n) in &counts {
+            batch.put_cf(indexes, count_key(ns), n.to_le_bytes());
+        }
+        match index {
+            Some(i) => batch.put_cf(meta, KEY_LEDGER_APPLIED, encode("ledger applied", &i)?),
+            None => batch.delete_cf(meta, KEY_LEDGER_APPLIED),
+        }
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        db.write_opt(batch, &options)
+            .map_err(|e| db_error("install ledger snapshot", e))?;
+        inner.counts = counts;
+        inner.applied = index;
+        inner.pending = Pending::default();
+        Ok(())
+    }
+}
+
+/// The batch for one entry: records, index entries, changed counts and the
+/// applied index.
+fn changes_batch(
+    db: &DB,
+    pending: &Pending,
+    counts: &BTreeMap<Namespace, u64>,
+    index: u64,
+) -> io::Result<WriteBatch> {
+    let (records, indexes, meta) = (
+        cf(db, CF_LEDGER)?,
+        cf(db, CF_LEDGER_INDEX)?,
+        cf(db, CF_META)?,
+    );
+    let mut batch = WriteBatch::default();
+    for (k, record) in &pending.records {
+        match record {
+            Some(r) => batch.put_cf(records, k, encode("ledger record", r)?),
+            None => batch.delete_cf(records, k),
+        }
+    }
+    for (k, present) in &pending.index {
+        if *present {
+            batch.put_cf(indexes, k, []);
+        } else {
+            batch.delete_cf(indexes, k);
+        }
+    }
+    for ns in pending.counts.keys() {
+        match counts.get(ns).copied().unwrap_or(0) {
+            0 => batch.delete_cf(indexes, count_key(ns)),
+            n => batch.put_cf(indexes, count_key(ns), n.to_le_bytes()),
+        }
+    }
+    batch.put_cf(meta, KEY_LEDGER_APPLIED, encode("ledger applied", &index)?);
+    Ok(batch)
+}
+
+fn load_applied(db: &DB) -> io::Result<Option<u64>> {
+    let meta = cf(db, CF_META)?;
+    let bytes = db
+        .get_pinned_cf(meta, KEY_LEDGER_APPLIED)
+        .map_err(|e| db_error("read ledger applied index", e))?;
+    bytes
+        .map(|b| decode("ledger applied index", &b))
+        .transpose()
+}
+
+fn load_counts(db: &DB) -> io::Result<BTreeMap<Namespace, u64>> {
+    let indexes = cf(db, CF_LEDGER_INDEX)?;
+    let prefix = [TAG_COUNT];
+    let mut counts = BTreeMap::new();
+    let iter = db.iterator_cf(indexes, IteratorMode::From(&prefix, Direction::Forward));
+    for item in iter {
+        let (k, v) = item.map_err(|e| db_error("read ledger counts", e))?;
+        if !k.starts_with(&prefix) {
+            break;
+        }
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("ledger count {k:02x?}"));
+        let (ns, rest) = read_key(&k[1..]).ok_or_else(bad)?;
+        let ns = Namespace::new(ns).map_err(|_| bad())?;
+        let n: [u8; 8] = v.as_ref().try_into().map_err(|_| bad())?;
+        if !rest.is_empty() {
+            return Err(bad());
+        }
+        counts.insert(ns, u64::from_le_bytes(n));
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_keys_sort_like_their_strings() {
+        let words = ["", "a", "a\0", "a\0b", "ab", "b", "\0", "a\u{1}"];
+        for x in words {
+            for y in words {
+                let (mut ex, mut ey) = (Vec::new(), Vec::new());
+                push_key(&mut ex, x);
+                push_key(&mut ex, "z");
+                push_key(&mut ey, y);
+                push_key(&mut ey, "z");
+                assert_eq!(x.cmp(y), ex.cmp(&ey), "{x:?} vs {y:?}");
+                assert_eq!(read_key(&ex).map(|(s, _)| s).as_deref(), Some(x));
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_or_bad_keys_do_not_decode() {
+        assert!(read_key(b"abc").is_none());
+        assert!(read_key(&[b'a', 0]).is_none());
+        assert!(read_key(&[b'a', 0, 7]).is_none());
+    }
+}
