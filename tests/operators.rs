@@ -339,7 +339,15 @@ async fn invalid_policy_is_refused(op: &Operator) {
 
 async fn apply_and_diff_second_policy(op: &Operator, dir: &Path, watcher: &mut Watcher) {
     let v2 = write_policy(dir, "v2.toml", 5000);
-    let apply = ["policy", "apply", v2.to_str().unwrap(), "--ns", AGENTS];
+    let apply = [
+        "policy",
+        "apply",
+        v2.to_str().unwrap(),
+        "--ns",
+        AGENTS,
+        "--reason",
+        "tool slower since the upgrade",
+    ];
     let out = op.ok(&apply).await;
     assert!(out.contains("applied policy v2"), "{out}");
     wait_seen(watcher, "policy v2", |s| matches!(s, Seen::Policy(2))).await;
@@ -350,6 +358,8 @@ async fn apply_and_diff_second_policy(op: &Operator, dir: &Path, watcher: &mut W
     assert_eq!(versions.len(), 2, "{history}");
     let newest = pair(&versions[0], "version", "actor");
     assert_eq!(newest, (2.into(), ACTOR.into()), "{history}");
+    let why = &versions[0]["reason"];
+    assert_eq!(why, "tool slower since the upgrade", "{history}");
     let shown = op.ok(&["policy", "show", "--ns", AGENTS]).await;
     assert!(shown.contains("timeout_ms = 5000"), "{shown}");
     let diff = op.json(&["policy", "diff", "1", "2", "--ns", AGENTS]).await;
@@ -375,6 +385,7 @@ async fn roll_back(op: &Operator, watcher: &mut Watcher) {
     let rolled = op.json(&rollback).await;
     let made = pair(&rolled, "version", "rollback_of");
     assert_eq!(made, (3.into(), 1.into()), "{rolled}");
+    assert_eq!(rolled["reason"], "v2 too slow", "{rolled}");
     wait_seen(watcher, "policy v3", |s| matches!(s, Seen::Policy(3))).await;
     let shown = op.ok(&["policy", "show", "--ns", AGENTS]).await;
     let restored = shown.contains("timeout_ms = 3000") && shown.contains("rollback to v1");
