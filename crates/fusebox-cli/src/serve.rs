@@ -116,8 +116,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_default(),
         config.data_dir.display()
     );
-    terminated().await;
-    tracing::info!("shutting down");
-    node.shutdown().await;
-    Ok(())
+    tokio::select! {
+        () = terminated() => {
+            tracing::info!("shutting down");
+            node.shutdown().await;
+            Ok(())
+        }
+        fatal = node.raft_stopped() => {
+            tracing::error!(error = %fatal, "raft stopped on this node; exiting");
+            node.shutdown().await;
+            anyhow::bail!("raft stopped on this node: {fatal}")
+        }
+    }
 }

@@ -577,3 +577,55 @@ fn operators_force_open_for_a_duration_and_it_closes_by_itself() {
     sm.apply(&Command::Tick, Timestamp(600_000));
     assert_eq!(sm.view(&k).state, BreakerState::Closed);
 }
+
+/// A coalesced batch is the same as its reports applied one by one at the
+/// same time: same answers, same state; and a batch over its bound is
+/// refused whole.
+#[test]
+fn a_report_batch_applies_like_its_reports_in_order() {
+    use fusebox_core::machine::Report;
+    let ns = fusebox_core::Namespace::new("agents").unwrap();
+    let (mut one_by_one, mut batched) = (StateMachine::new(), StateMachine::new());
+    let reports: Vec<Report> = (0..6u32)
+        .map(|who| Report {
+            namespace: ns.clone(),
+            replica: replica(who),
+            outcomes: vec![
+                outcome("tax", OutcomeClass::Timeout, &one_by_one),
+                outcome("rates", OutcomeClass::Success, &one_by_one),
+            ],
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for r in &reports {
+        let cmd = Command::ReportOutcomes {
+            namespace: r.namespace.clone(),
+            replica: r.replica.clone(),
+            outcomes: r.outcomes.clone(),
+        };
+        match one_by_one.apply(&cmd, Timestamp(5_000)).answer {
+            Answer::Reported(summary) => expected.push(Ok(summary)),
+            other => panic!("{other:?}"),
+        }
+    }
+    let batch = Command::ReportBatch {
+        reports: reports.clone(),
+    };
+    let applied = batched.apply(&batch, Timestamp(5_000));
+    assert_eq!(applied.answer, Answer::ReportedBatch(expected));
+    assert_eq!(batched.digest().unwrap(), one_by_one.digest().unwrap());
+    // Six replicas' timeouts (the default trips at four) opened the tool.
+    assert_eq!(
+        batched.view(&key("agents/vendor/tax")).state,
+        BreakerState::Open
+    );
+
+    let too_many = Command::ReportBatch {
+        reports: vec![reports[0].clone(); fusebox_core::limits::REPORTS_PER_BATCH_MAX + 1],
+    };
+    let before = batched.digest().unwrap();
+    // At the same time: a later one would move the clock, which is state.
+    let refused = batched.apply(&too_many, Timestamp(5_000));
+    assert!(matches!(refused.answer, Answer::Rejected(_)), "{refused:?}");
+    assert_eq!(batched.digest().unwrap(), before);
+}

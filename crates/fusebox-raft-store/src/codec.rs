@@ -20,7 +20,11 @@ use serde::Serialize;
 use std::io;
 
 /// The format byte of every value this build writes.
-pub(crate) const VALUE_FORMAT: u8 = 1;
+///
+/// 2: commands gained `ReportBatch` and a policy change's reason, which
+/// changes postcard's positional encoding; a store written by a format-1
+/// build is refused by name instead of failing to decode.
+pub(crate) const VALUE_FORMAT: u8 = 2;
 
 /// The key of log entry `index`.
 pub(crate) fn index_key(index: u64) -> [u8; 8] {

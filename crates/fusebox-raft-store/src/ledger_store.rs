@@ -477,6 +477,11 @@ impl LedgerControl {
         Ok(())
     }
 
+    /// Records on disk, in all namespaces.
+    pub(crate) fn total(&self) -> u64 {
+        self.ledger.lock().counts.values().sum()
+    }
+
     /// Writes every record of the ledger, as of a point-in-time view of the
     /// database, into `writer`. Runs concurrently with applies.
     pub(crate) fn write_snapshot_records(

@@ -31,9 +31,9 @@
 //! thread. Data read from disk is never trusted: a corrupt value is an
 //! `io::Error` of kind `InvalidData` (which stops Raft), never a panic.
 //!
-//! The snapshot data type is [`SnapshotData`] (`std::io::Cursor<Vec<u8>>`):
-//! the core's snapshot encoding, held whole in memory, which the server's
-//! network sends in chunks.
+//! The snapshot data type is [`SnapshotData`]: the core's snapshot
+//! encoding, in memory or (the persisted one) read from disk only when it is
+//! sent or installed; the server's network sends it in chunks.
 
 #![deny(missing_docs)]
 
@@ -54,8 +54,8 @@ pub use log_store::{LogReader, LogStore};
 pub use snapshot_builder::StateSnapshotBuilder;
 pub use state_store::{ApplyObserver, StateStore};
 pub use types::{
-    snapshot_bytes, snapshot_data, Entry, LogId, Node, NodeId, Request, Response, Snapshot,
-    SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, Vote,
+    snapshot_data, Entry, LogId, Node, NodeId, Request, Response, Snapshot, SnapshotData,
+    SnapshotMeta, StoredMembership, TypeConfig, Vote,
 };
 
 use std::path::Path;

@@ -17,14 +17,35 @@
 
 use crate::codec::{corrupt, decode, encode};
 use crate::rocks::{cf, db_error, CF_SNAPSHOT};
-use crate::types::{snapshot_data, Snapshot, SnapshotMeta};
-use rocksdb::{WriteBatch, WriteOptions, DB};
+use crate::types::{Snapshot, SnapshotData, SnapshotMeta};
+use rocksdb::{FlushOptions, WriteBatch, WriteOptions, DB};
 use std::io;
 use std::sync::{Arc, Mutex};
 
 const KEY_META: &str = "meta";
 const KEY_DATA: &str = "data";
 const KEY_HEAD: &str = "head";
+
+/// The persisted bytes, if they still belong to `expected`: a newer
+/// snapshot may have replaced them since the handle was made.
+fn read_data(db: &DB, expected: &SnapshotMeta) -> io::Result<Vec<u8>> {
+    let family = cf(db, CF_SNAPSHOT)?;
+    let snapshot = db.snapshot();
+    let meta = snapshot
+        .get_cf(family, KEY_META)
+        .map_err(|e| db_error("read snapshot meta", e))?
+        .map(|b| decode::<SnapshotMeta>("snapshot meta", &b))
+        .transpose()?;
+    if meta.as_ref() != Some(expected) {
+        return Err(io::Error::other(format!(
+            "snapshot {expected} was replaced by a newer one; ask for the current snapshot again"
+        )));
+    }
+    snapshot
+        .get_cf(family, KEY_DATA)
+        .map_err(|e| db_error("read snapshot data", e))?
+        .ok_or_else(|| corrupt(format_args!("snapshot {expected} has metadata but no data")))
+}
 
 /// How many leading bytes of a core snapshot hold its format and fleet.
 fn head_len(data: &[u8]) -> io::Result<usize> {
@@ -61,21 +82,15 @@ impl SnapshotSlot {
         }
     }
 
-    /// The persisted snapshot, if any.
+    /// The persisted snapshot, if any: its metadata now, its bytes read
+    /// when the handle is loaded (see [`SnapshotData`]).
     pub(crate) fn load(&self) -> io::Result<Option<Snapshot>> {
         let Some(meta) = self.load_meta()? else {
             return Ok(None);
         };
-        let family = cf(&self.db, CF_SNAPSHOT)?;
-        let data = self
-            .db
-            .get_cf(family, KEY_DATA)
-            .map_err(|e| db_error("read snapshot data", e))?
-            .ok_or_else(|| corrupt(format_args!("snapshot {meta} has metadata but no data")))?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: snapshot_data(data),
-        }))
+        let (db, expected) = (self.db.clone(), meta.clone());
+        let snapshot = SnapshotData::stored(move || read_data(&db, &expected));
+        Ok(Some(Snapshot { meta, snapshot }))
     }
 
     /// The persisted snapshot's metadata and head (format and fleet), if any.
@@ -125,6 +140,13 @@ impl SnapshotSlot {
         self.db
             .write_opt(batch, &options)
             .map_err(|e| db_error("write snapshot", e))?;
+        // Flushed now, so a restart's WAL replay does not load the bytes
+        // back into a memtable.
+        let mut flush = FlushOptions::default();
+        flush.set_wait(true);
+        self.db
+            .flush_cf_opt(family, &flush)
+            .map_err(|e| db_error("flush snapshot", e))?;
         tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot persisted");
         Ok(true)
     }

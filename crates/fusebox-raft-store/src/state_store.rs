@@ -29,8 +29,7 @@ use crate::rocks::blocking;
 use crate::snapshot_builder::StateSnapshotBuilder;
 use crate::snapshot_slot::{Save, SnapshotSlot};
 use crate::types::{
-    snapshot_bytes, Entry, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
-    TypeConfig,
+    Entry, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use fusebox_core::ledger::BoxedLedger;
 use fusebox_core::machine::{Fleet, SharedStateMachine, SnapshotReader, StateMachine, WatchEvent};
@@ -40,6 +39,7 @@ use openraft::{EntryPayload, OptionalSend};
 use rocksdb::DB;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Learns of every state change while the state lock is held, so what it
 /// publishes (watch events) is in exactly the order of the state.
@@ -48,8 +48,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// (the lock is held: that would deadlock). They may come from a tokio
 /// worker or from a blocking-pool thread.
 pub trait ApplyObserver: Send + Sync + 'static {
-    /// A normal entry was applied; `events` are its watch events (maybe none).
-    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent]);
+    /// A normal entry was applied in `took`; `events` are its watch events
+    /// (maybe none).
+    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent], took: Duration);
     /// A snapshot replaced the whole state.
     fn installed(&self, state: &SharedStateMachine);
 }
@@ -119,6 +120,11 @@ impl StateStore {
         f(&self.lock_for_read().sm)
     }
 
+    /// Ledger records on disk, in all namespaces.
+    pub fn ledger_records(&self) -> u64 {
+        self.inner.ledger.total()
+    }
+
     /// The last log id applied to the in-memory state.
     pub fn last_applied(&self) -> Option<LogId> {
         self.lock_for_read().last_applied
@@ -165,11 +171,12 @@ impl StateStore {
                 Response::default()
             }
             EntryPayload::Normal(request) => {
+                let started = Instant::now();
                 self.inner.ledger.begin_entry(entry.log_id.index);
                 let applied = live.sm.apply(&request.command, request.at());
                 self.inner.ledger.commit()?;
                 if let Some(observer) = &live.observer {
-                    observer.applied(&live.sm, &applied.events);
+                    observer.applied(&live.sm, &applied.events, started.elapsed());
                 }
                 Response {
                     applied: Some(applied),
@@ -251,7 +258,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     ) -> Result<(), io::Error> {
         let store = self.clone();
         let meta = meta.clone();
-        blocking(move || store.install_blocking(&meta, snapshot_bytes(&snapshot))).await?;
+        blocking(move || store.install_blocking(&meta, &snapshot.load()?)).await?;
         tracing::info!(last_applied = ?self.last_applied(), "snapshot installed");
         Ok(())
     }

@@ -11,6 +11,7 @@ use openraft::{RaftLogReader, RaftSnapshotBuilder};
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use support::{append, apply, blank, digest, kill_switch, log_id, membership, normal};
 use tempfile::TempDir;
 
@@ -106,7 +107,10 @@ async fn built_snapshot_is_what_reopen_restores() {
     assert_eq!(digest(&state), digest_at_build);
     let current = state.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(current.meta, built.meta);
-    assert_eq!(current.snapshot.get_ref(), built.snapshot.get_ref());
+    assert_eq!(
+        current.snapshot.load().unwrap(),
+        built.snapshot.load().unwrap()
+    );
 }
 
 #[tokio::test]
@@ -117,7 +121,7 @@ async fn corrupt_log_values_are_errors_and_reads_stay_in_range() {
         log.save_vote(&Vote::new(1, 1)).await.unwrap();
         append(&mut log, (1..=5).map(|i| blank(1, i)).collect()).await;
     }
-    scribble(dir.path(), "logs", &4u64.to_be_bytes(), b"\x01garbage");
+    scribble(dir.path(), "logs", &4u64.to_be_bytes(), b"\x02garbage");
     scribble(
         dir.path(),
         "logs",
@@ -201,7 +205,7 @@ struct Recorder {
 }
 
 impl ApplyObserver for Recorder {
-    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent]) {
+    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent], _took: Duration) {
         let mut revisions = self.revisions.lock().unwrap();
         revisions.extend(events.iter().map(WatchEvent::revision));
         assert_eq!(revisions.last().copied(), Some(state.revision()));

@@ -12,6 +12,7 @@ use axum::Router;
 use fusebox_core::breaker::ProbeAnswer;
 use fusebox_core::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer};
 use fusebox_core::machine::Answer;
+use fusebox_core::CoreError;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -46,6 +47,12 @@ pub struct Metrics {
     pub ledger_answers: Family<KindLabel, Counter>,
     /// Probe permits granted.
     pub probe_grants: Counter,
+    /// Requests the cluster refused: probe permits denied (the breaker is
+    /// open or its permits are out), writes blocked by the kill switch,
+    /// and other refused commands.
+    pub rejects: Family<KindLabel, Counter>,
+    /// Time to apply one log entry to the state machine, in seconds.
+    pub apply_latency_seconds: Histogram,
     /// Outcomes per report batch.
     pub report_batch_size: Histogram,
     /// Time from proposing a write to its answer, in seconds.
@@ -71,6 +78,8 @@ impl Metrics {
             breaker_transitions: Family::default(),
             ledger_answers: Family::default(),
             probe_grants: Counter::default(),
+            rejects: Family::default(),
+            apply_latency_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             report_batch_size: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
             write_latency_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             ready: AtomicBool::new(false),
@@ -106,6 +115,12 @@ impl Metrics {
             "probe_grants",
             "Probe permits granted",
             m.probe_grants.clone(),
+        );
+        r.register("rejects", "Requests refused, by reason", m.rejects.clone());
+        r.register(
+            "apply_latency_seconds",
+            "Time to apply one log entry",
+            m.apply_latency_seconds.clone(),
         );
         r.register(
             "report_batch_size",
@@ -147,6 +162,9 @@ impl Metrics {
         if matches!(answer, Answer::Probe(ProbeAnswer::Granted { .. })) {
             self.probe_grants.inc();
         }
+        if let Some(reason) = reject_reason(answer) {
+            Metrics::count(&self.rejects, reason);
+        }
     }
 
     /// Counts a labelled event.
@@ -156,6 +174,16 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+}
+
+/// Why the cluster refused a request, if `answer` is a refusal.
+fn reject_reason(answer: &Answer) -> Option<&'static str> {
+    match answer {
+        Answer::Probe(ProbeAnswer::Denied { .. }) => Some("probe_denied"),
+        Answer::Rejected(CoreError::WritesBlocked { .. }) => Some("writes_blocked"),
+        Answer::Rejected(_) => Some("command_refused"),
+        _ => None,
     }
 }
 

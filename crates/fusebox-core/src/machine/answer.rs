@@ -26,6 +26,8 @@ pub struct ReportSummary {
 pub enum Answer {
     /// To `ReportOutcomes`.
     Reported(ReportSummary),
+    /// To `ReportBatch`: each report's own answer, in order.
+    ReportedBatch(Vec<Result<ReportSummary, CoreError>>),
     /// To `AcquireProbe`.
     Probe(ProbeAnswer),
     /// To `ReleaseProbe`.

@@ -55,6 +55,14 @@ pub enum Command {
         /// The outcomes, at most [`crate::limits::BATCH_OUTCOMES_MAX`].
         outcomes: Vec<OutcomeReport>,
     },
+    /// Many replicas' outcome reports in one entry: the leader coalesces
+    /// concurrent `ReportOutcomes` calls so a busy fleet costs few log
+    /// entries. Each report is applied in order, as if alone.
+    ReportBatch {
+        /// At most [`crate::limits::REPORTS_PER_BATCH_MAX`] reports, with at
+        /// most [`crate::limits::BATCH_OUTCOMES_MAX`] outcomes among them.
+        reports: Vec<Report>,
+    },
     /// Ask for a half-open probe permit.
     AcquireProbe {
         /// The breaker.
@@ -140,4 +148,15 @@ pub enum Command {
     },
     /// Apply what time alone changes (open periods, leases, retention).
     Tick,
+}
+
+/// One replica's outcome report, as a [`Command::ReportBatch`] carries it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The namespace all outcomes belong to.
+    pub namespace: Namespace,
+    /// The reporting replica.
+    pub replica: ReplicaId,
+    /// The outcomes.
+    pub outcomes: Vec<OutcomeReport>,
 }

@@ -17,7 +17,7 @@ mod snapshot;
 mod state_machine;
 
 pub use answer::{Answer, Applied, ReportSummary, WatchEvent};
-pub use command::{Command, OperatorAction, OutcomeReport};
+pub use command::{Command, OperatorAction, OutcomeReport, Report};
 pub use namespace::{KillSwitch, NamespaceState, PolicyVersion};
 pub use snapshot::{
     hex_digest, SnapshotReader, SnapshotWriter, FLEET_BYTES_MAX, RECORD_BYTES_MAX, SNAPSHOT_FORMAT,

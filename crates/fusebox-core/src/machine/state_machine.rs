@@ -1,14 +1,14 @@
 //! The replicated state machine: every command, applied deterministically.
 
 use super::answer::{Answer, Applied, ReportSummary, WatchEvent};
-use super::command::{Command, OperatorAction, OutcomeReport};
+use super::command::{Command, OperatorAction, OutcomeReport, Report};
 use super::namespace::{KillSwitch, NamespaceState};
 use crate::breaker::{Breaker, BreakerKey, BreakerView, Observation, Recorded};
 use crate::error::{check_len, check_max_len, CoreError};
 use crate::ledger::{BoxedLedger, Ledger, LedgerStore};
 use crate::limits::{
     BATCH_OUTCOMES_MAX, BREAKERS_PER_NAMESPACE_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX,
-    NAMESPACES_MAX, REASON_BYTES_MAX, TICK_TIMERS_MAX,
+    NAMESPACES_MAX, REASON_BYTES_MAX, REPORTS_PER_BATCH_MAX, TICK_TIMERS_MAX,
 };
 use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
@@ -176,6 +176,7 @@ impl<L: LedgerStore> StateMachine<L> {
                 replica,
                 outcomes,
             } => self.report(namespace, replica, outcomes, now, events),
+            Command::ReportBatch { reports } => self.report_batch(reports, now, events),
             Command::AcquireProbe { key, replica } => {
                 let policy = self.breaker_policy(key);
                 let answer =
@@ -383,6 +384,36 @@ impl<L: LedgerStore> StateMachine<L> {
             }
         }
         Ok(Answer::Reported(summary))
+    }
+
+    fn report_batch(
+        &mut self,
+        reports: &[Report],
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        let outcomes: usize = reports.iter().map(|r| r.outcomes.len()).sum();
+        if reports.len() > REPORTS_PER_BATCH_MAX || outcomes > BATCH_OUTCOMES_MAX {
+            return Err(CoreError::invalid(
+                "reports",
+                format!(
+                    "{} reports with {outcomes} outcomes in one batch, at most \
+                     {REPORTS_PER_BATCH_MAX} with {BATCH_OUTCOMES_MAX}",
+                    reports.len()
+                ),
+            ));
+        }
+        let answers = reports
+            .iter()
+            .map(
+                |r| match self.report(&r.namespace, &r.replica, &r.outcomes, now, events) {
+                    Ok(Answer::Reported(summary)) => Ok(summary),
+                    Ok(_) => Err(CoreError::invalid("reports", "unexpected answer")),
+                    Err(e) => Err(e),
+                },
+            )
+            .collect();
+        Ok(Answer::ReportedBatch(answers))
     }
 
     fn operate(

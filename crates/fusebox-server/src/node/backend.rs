@@ -1,10 +1,11 @@
 //! The production [`Backend`]: writes through openraft, reads from the
 //! applied state, linearizable reads through the read linearizer.
 
+use super::coalescer::ReportCoalescer;
 use crate::backend::{Backend, BackendError, Consistency};
 use crate::metrics::Metrics;
 use crate::watch::{WatchHub, WatchStart};
-use fusebox_core::machine::{Applied, Command, SharedStateMachine};
+use fusebox_core::machine::{Applied, Command, Report, SharedStateMachine};
 use fusebox_core::Namespace;
 use fusebox_raft_store::{Request, StateStore, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
@@ -29,6 +30,9 @@ pub struct RaftBackend {
     pub hub: Arc<WatchHub>,
     /// The node's metrics (writes are counted where they are proposed).
     pub metrics: Arc<Metrics>,
+    /// Where outcome reports wait to share a log entry (none: one entry
+    /// per report).
+    pub reports: Option<ReportCoalescer>,
 }
 
 /// This machine's wall clock in Unix ms: the stamp a leader puts on entries.
@@ -56,32 +60,58 @@ fn write_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Backen
     }
 }
 
+/// Proposes one command through Raft and waits for its answer.
+pub(crate) async fn propose(
+    raft: &Raft<TypeConfig, StateStore>,
+    metrics: &Metrics,
+    command: Command,
+) -> Result<Applied, BackendError> {
+    let started = Instant::now();
+    let batch = match &command {
+        Command::ReportOutcomes { outcomes, .. } => Some(outcomes.len()),
+        Command::ReportBatch { reports } => Some(reports.iter().map(|r| r.outcomes.len()).sum()),
+        _ => None,
+    };
+    let request = Request {
+        at_ms: wall_clock_ms(),
+        command,
+    };
+    let written = tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(request))
+        .await
+        .map_err(|_| {
+            BackendError::Indeterminate(format!(
+                "not committed within {WRITE_TIMEOUT:?}; it may still apply"
+            ))
+        })?
+        .map_err(write_error)?;
+    let applied = written
+        .data
+        .applied
+        .ok_or_else(|| BackendError::Fatal("applied entry returned no answer".into()))?;
+    metrics.observe_write(batch, &applied.answer, started.elapsed().as_secs_f64());
+    Ok(applied)
+}
+
 impl Backend for RaftBackend {
     async fn write(&self, command: Command) -> Result<Applied, BackendError> {
-        let started = Instant::now();
-        let batch = match &command {
-            Command::ReportOutcomes { outcomes, .. } => Some(outcomes.len()),
-            _ => None,
-        };
-        let request = Request {
-            at_ms: wall_clock_ms(),
-            command,
-        };
-        let written = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request))
-            .await
-            .map_err(|_| {
-                BackendError::Indeterminate(format!(
-                    "not committed within {WRITE_TIMEOUT:?}; it may still apply"
-                ))
-            })?
-            .map_err(write_error)?;
-        let applied = written
-            .data
-            .applied
-            .ok_or_else(|| BackendError::Fatal("applied entry returned no answer".into()))?;
-        let seconds = started.elapsed().as_secs_f64();
-        self.metrics.observe_write(batch, &applied.answer, seconds);
-        Ok(applied)
+        match (command, &self.reports) {
+            (
+                Command::ReportOutcomes {
+                    namespace,
+                    replica,
+                    outcomes,
+                },
+                Some(coalescer),
+            ) => {
+                let report = Report {
+                    namespace,
+                    replica,
+                    outcomes,
+                };
+                coalescer.submit(report).await
+            }
+            (command, _) => propose(&self.raft, &self.metrics, command).await,
+        }
     }
 
     async fn read<T, F>(&self, consistency: Consistency, f: F) -> Result<T, BackendError>

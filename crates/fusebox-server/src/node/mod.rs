@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod cluster;
+pub mod coalescer;
 pub mod config;
 pub mod observer;
 pub mod start;

@@ -6,6 +6,7 @@ use crate::watch::WatchHub;
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_raft_store::ApplyObserver;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Publishes applied events to watchers and counts them.
 pub struct Observer {
@@ -16,7 +17,10 @@ pub struct Observer {
 }
 
 impl ApplyObserver for Observer {
-    fn applied(&self, _state: &SharedStateMachine, events: &[WatchEvent]) {
+    fn applied(&self, _state: &SharedStateMachine, events: &[WatchEvent], took: Duration) {
+        self.metrics
+            .apply_latency_seconds
+            .observe(took.as_secs_f64());
         for event in events {
             if let WatchEvent::Breaker { view, .. } = event {
                 Metrics::count(&self.metrics.breaker_transitions, view.state.as_str());

@@ -3,6 +3,7 @@
 
 use super::backend::RaftBackend;
 use super::cluster::ClusterService;
+use super::coalescer::ReportCoalescer;
 use super::config::NodeConfig;
 use super::observer::Observer;
 use crate::backend::Backend;
@@ -70,7 +71,9 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
         election_timeout_min: t.election_min_ms,
         election_timeout_max: t.election_max_ms,
         install_snapshot_timeout: 60_000,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_entries),
+        // Snapshots are triggered by `spawn_snapshotter`, which scales the
+        // interval with the ledger's size.
+        snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: t.log_kept_behind_snapshot,
         purge_batch_size: 256,
         // A voter whose data directory was lost and that restarts under the
@@ -115,13 +118,22 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
+    let (stop, stop_rx) = watch::channel(false);
+    let (raft_for_reports, metrics_for_reports) = (raft.clone(), metrics.clone());
+    let (reports, coalescer_task) = ReportCoalescer::start(
+        move |command| {
+            let (raft, metrics) = (raft_for_reports.clone(), metrics_for_reports.clone());
+            async move { super::backend::propose(&raft, &metrics, command).await }
+        },
+        stop_rx.clone(),
+    );
     let backend = RaftBackend {
         raft,
         state,
         hub,
         metrics: metrics.clone(),
+        reports: Some(reports),
     };
-    let (stop, stop_rx) = watch::channel(false);
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind {
@@ -132,7 +144,10 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
         addr: config.listen,
         source,
     })?;
-    let mut tasks = vec![spawn_grpc(&config, &backend, listener, stop_rx.clone())];
+    let mut tasks = vec![
+        spawn_grpc(&config, &backend, listener, stop_rx.clone()),
+        coalescer_task,
+    ];
     let http_addr = match config.http {
         Some(addr) => {
             let (task, bound) = spawn_http(addr, metrics.clone(), stop_rx.clone()).await?;
@@ -147,6 +162,11 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
     tasks.push(spawn_ticker(
         backend.clone(),
         config.timing.tick_ms,
+        stop_rx.clone(),
+    ));
+    tasks.push(spawn_snapshotter(
+        backend.clone(),
+        config.timing.snapshot_every_entries,
         stop_rx.clone(),
     ));
     tasks.push(spawn_metrics_loop(
@@ -274,6 +294,33 @@ fn spawn_ticker(backend: RaftBackend, tick_ms: u64, stop: watch::Receiver<bool>)
     })
 }
 
+/// Asks for a snapshot once enough entries were applied since the last one:
+/// `snapshot_every_entries`, or a quarter of the ledger's records if that is
+/// more. A snapshot copies the whole ledger, so spacing them by a fraction
+/// of its size keeps the copying a constant cost per applied entry however
+/// large the ledger grows; the log kept between snapshots grows with it.
+fn spawn_snapshotter(
+    backend: RaftBackend,
+    every_entries: u64,
+    stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    every(Duration::from_secs(1), stop, move || {
+        let backend = backend.clone();
+        async move {
+            let m = backend.raft.metrics().borrow_watched().clone();
+            let applied = m.last_applied.map_or(0, |l| l.index);
+            let snapshot = m.snapshot.map_or(0, |l| l.index);
+            let due = every_entries.max(backend.state.ledger_records() / 4);
+            if applied.saturating_sub(snapshot) >= due {
+                tracing::info!(applied, snapshot, due, "asking for a snapshot");
+                if let Err(e) = backend.raft.trigger().snapshot().await {
+                    tracing::warn!(error = %e, "snapshot not triggered");
+                }
+            }
+        }
+    })
+}
+
 fn spawn_metrics_loop(
     backend: RaftBackend,
     metrics: Arc<Metrics>,
@@ -323,6 +370,20 @@ where
 }
 
 impl RunningNode {
+    /// Resolves, with the reason, once this node's Raft core has stopped
+    /// (a storage error, a panic): the node can then no longer take part
+    /// and should exit so a supervisor restarts it, rather than linger.
+    pub async fn raft_stopped(&self) -> String {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            let alive = self.backend.raft.with_raft_state(|_| ());
+            if let Ok(Err(fatal)) = tokio::time::timeout(Duration::from_secs(1), alive).await {
+                return fatal.to_string();
+            }
+        }
+    }
+
     /// Stops serving, shuts Raft down and waits for the background tasks.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);

@@ -8,7 +8,7 @@
 use super::codec::{self, Route};
 use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
-use fusebox_raft_store::{NodeId, SnapshotData, TypeConfig};
+use fusebox_raft_store::{NodeId, SnapshotData, SnapshotMeta, TypeConfig};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
@@ -151,7 +151,19 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let chunks = snapshot_chunks(&self.route, &vote, snapshot).map_err(network)?;
+        // Reading a persisted snapshot and hashing it are disk and CPU work:
+        // off the runtime's workers.
+        let data = snapshot.snapshot.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let bytes = data.load()?;
+            let sha256 = Sha256::digest(bytes.as_slice()).to_vec();
+            Ok::<_, std::io::Error>((bytes, sha256))
+        })
+        .await
+        .map_err(network)?
+        .map_err(network)?;
+        let chunks =
+            snapshot_chunks(&self.route, &vote, &snapshot.meta, loaded).map_err(network)?;
         let mut client = self.client()?;
         let ttl = option.hard_ttl();
         let send = client.install_snapshot(chunks);
@@ -173,18 +185,16 @@ impl RaftNetworkV2<TypeConfig> for Connection {
 fn snapshot_chunks(
     route: &Route,
     vote: &VoteOf<TypeConfig>,
-    snapshot: SnapshotOf<TypeConfig, SnapshotData>,
+    meta: &SnapshotMeta,
+    (bytes, sha256): (Arc<Vec<u8>>, Vec<u8>),
 ) -> Result<impl futures::Stream<Item = SnapshotChunk> + Send + 'static, serde_json::Error> {
-    let bytes = Arc::new(snapshot.snapshot.into_inner());
     let begin = SnapshotBegin {
         header: Some(route.header()),
         vote: serde_json::to_vec(vote)?,
-        meta: serde_json::to_vec(&snapshot.meta)?,
+        meta: serde_json::to_vec(meta)?,
         total_bytes: bytes.len() as u64,
     };
-    let end = SnapshotEnd {
-        sha256: Sha256::digest(bytes.as_slice()).to_vec(),
-    };
+    let end = SnapshotEnd { sha256 };
     let pieces = bytes.len().div_ceil(SNAPSHOT_CHUNK_BYTES);
     let data = (0..pieces).map(move |i| {
         let start = i * SNAPSHOT_CHUNK_BYTES;
