@@ -126,3 +126,52 @@ async fn three_nodes_survive_the_leader_being_killed() {
         assert_all_present_and_never_restarted(&cluster, id, &acknowledged).await;
     }
 }
+
+/// `fusebox cluster transfer-leader`, sent to a follower, hands leadership
+/// to the voter asked for; every node then agrees, and writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_moves_to_the_voter_asked_for() {
+    let cluster = TestCluster::start(3);
+    let leader = cluster
+        .wait_leader(&[1, 2, 3], Duration::from_secs(30))
+        .await;
+    let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
+    let (via, to) = (followers[0], followers[1]);
+
+    println!("phase: ask node {via} to hand leadership from {leader} to {to}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args([
+            "cluster",
+            "transfer-leader",
+            "--to",
+            &to.to_string(),
+            "--json",
+        ])
+        .args(["--endpoints", &cluster.nodes[&via].addr])
+        .output()
+        .expect("run fusebox");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(answer["leader_id"], to, "{answer}");
+
+    println!("phase: every node agrees, and a write through the old leader lands");
+    let agreed = cluster
+        .wait_leader(&[1, 2, 3], Duration::from_secs(30))
+        .await;
+    assert_eq!(agreed, to);
+    assert!(begin_acknowledged(&cluster, leader, "after-transfer").await);
+
+    println!("phase: a node that is not a voter is refused");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(["cluster", "transfer-leader", "--to", "9"])
+        .args(["--endpoints", &cluster.nodes[&via].addr])
+        .output()
+        .expect("run fusebox");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a voter"), "{err}");
+}

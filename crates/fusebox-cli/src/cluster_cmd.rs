@@ -6,6 +6,7 @@ use crate::time_text::{instant_from, now_ms};
 use clap::{Args, Subcommand};
 use fusebox_proto::v1::{
     AddMemberRequest, Member, MemberRole, RemoveMemberRequest, StatusRequest, StatusResponse,
+    TransferLeaderRequest,
 };
 use serde_json::json;
 
@@ -39,6 +40,12 @@ enum ClusterCommand {
         /// The node's id.
         #[arg(long)]
         id: u64,
+    },
+    /// Hand leadership to another voter (before maintenance on the leader).
+    TransferLeader {
+        /// The voter that should lead.
+        #[arg(long)]
+        to: u64,
     },
 }
 
@@ -165,6 +172,18 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             } else {
                 println!("node {id} removed at log index {}", removed.log_index);
                 print_members(&removed.members);
+            }
+        }
+        ClusterCommand::TransferLeader { to } => {
+            let request = TransferLeaderRequest {
+                to,
+                ..Default::default()
+            };
+            let led = rpc("cluster transfer-leader", client.transfer_leader(request)).await?;
+            if json {
+                println!("{}", json!({"leader_id": led.leader_id, "term": led.term}));
+            } else {
+                println!("node {} leads in term {}", led.leader_id, led.term);
             }
         }
     }

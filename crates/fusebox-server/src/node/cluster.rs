@@ -10,6 +10,7 @@ use fusebox_proto::v1::cluster_server::Cluster;
 use fusebox_proto::v1::{
     AddMemberRequest, AddMemberResponse, KillSwitchSummary, Member, MemberRole,
     RemoveMemberRequest, RemoveMemberResponse, StatusRequest, StatusResponse,
+    TransferLeaderRequest, TransferLeaderResponse,
 };
 use fusebox_raft_store::TypeConfig;
 use openraft::async_runtime::WatchReceiver;
@@ -245,6 +246,50 @@ impl Cluster for ClusterService {
         Ok(Response::new(RemoveMemberResponse {
             members: members(&self.metrics()),
             log_index: changed.log_id.index,
+        }))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        if let Some(mut leader) = self.leader_client(&request).await? {
+            return leader
+                .transfer_leader(Self::forwarded(request.into_inner()))
+                .await;
+        }
+        let to = request.into_inner().to;
+        let raft = &self.backend.raft;
+        let m = self.metrics();
+        if !m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == to)
+        {
+            return Err(Status::failed_precondition(format!(
+                "node {to} is not a voter; only a voter can lead"
+            )));
+        }
+        if m.current_leader == Some(to) {
+            return Ok(Response::new(TransferLeaderResponse {
+                leader_id: to,
+                term: m.current_term,
+            }));
+        }
+        raft.trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| Status::unavailable(format!("raft stopped: {e}")))?;
+        let led = raft
+            .wait(Some(MEMBERSHIP_TIMEOUT))
+            .metrics(|m| m.current_leader == Some(to), "new leader")
+            .await
+            .map_err(|e| Status::deadline_exceeded(format!("node {to} did not take over: {e}")))?;
+        tracing::info!(to, term = led.current_term, "leadership transferred");
+        Ok(Response::new(TransferLeaderResponse {
+            leader_id: to,
+            term: led.current_term,
         }))
     }
 }

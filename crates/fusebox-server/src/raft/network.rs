@@ -12,7 +12,8 @@ use fusebox_raft_store::{NodeId, SnapshotData, SnapshotMeta, TypeConfig};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{SnapshotOf, VoteOf};
 use openraft::{BasicNode, RaftNetworkV2};
@@ -140,6 +141,17 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(&rpc, option.soft_ttl(), |mut c, m| async move {
             c.vote(m).await
+        })
+        .await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&rpc, option.soft_ttl(), |mut c, m| async move {
+            c.transfer_leader(m).await
         })
         .await
     }

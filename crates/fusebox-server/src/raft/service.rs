@@ -4,7 +4,7 @@ use super::codec;
 use fusebox_proto::v1::raft_server::Raft as RaftRpc;
 use fusebox_proto::v1::{snapshot_chunk, RaftMessage, SnapshotChunk};
 use fusebox_raft_store::{snapshot_data, StateStore, TypeConfig};
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use openraft::{Raft, Snapshot};
 use sha2::{Digest, Sha256};
@@ -84,9 +84,13 @@ impl RaftRpc for RaftService {
 
     async fn transfer_leader(
         &self,
-        _request: Request<RaftMessage>,
+        request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        Err(Status::unimplemented("leader transfer is not offered yet"))
+        let message = request.into_inner();
+        self.open(&message)?;
+        let rpc: TransferLeaderRequest<TypeConfig> = codec::decode(&message.payload)?;
+        let resp = self.raft.handle_transfer_leader(rpc).await.map_err(fatal)?;
+        self.reply(&resp)
     }
 }
 
