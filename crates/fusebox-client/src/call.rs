@@ -1,0 +1,489 @@
+//! A gated tool call: admission, deadline, cancellation, outcome report and
+//! bounded retries. Writes add the ledger around the same steps
+//! (`write.rs`).
+
+use crate::client::Client;
+use crate::convert::{class_to_proto, tool_key};
+use crate::decision::Decision;
+use crate::error::{ClientError, Layer};
+use crate::journey::{Deadline, Journey};
+use crate::local_breakers::{server_key, LocalPermit};
+use crate::metrics::bump;
+use crate::probe::{self, ClusterPermit, ProbeAnswer};
+use crate::retry;
+use crate::tool::{CallContext, CallOutput, ToolFailure, ToolRef};
+use crate::view::wall_clock;
+use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
+use fusebox_core::disclosure::assess;
+use fusebox_core::policy::{OnPartition, ToolPolicy};
+use fusebox_core::OutcomeClass;
+use fusebox_proto::v1 as pb;
+use std::future::Future;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// The permit a half-open call runs under.
+#[derive(Debug)]
+pub(crate) enum Permit {
+    Cluster(ClusterPermit),
+    Local(LocalPermit),
+}
+
+/// A call that passed the gate.
+#[derive(Debug)]
+pub(crate) struct Pass {
+    pub(crate) decision: Decision,
+    pub(crate) permit: Option<Permit>,
+}
+
+/// How one attempt ended.
+pub(crate) enum AttemptEnd<T> {
+    /// The tool answered (success or a classified failure).
+    Done(Result<T, ToolFailure>),
+    /// A deadline expired; the call was cancelled.
+    TimedOut { layer: Layer, deadline: Duration },
+    /// The journey was cancelled.
+    Cancelled,
+}
+
+impl<T> AttemptEnd<T> {
+    /// The class reported for the breaker. A call cut short by the journey's
+    /// budget (not the tool's own deadline) says nothing about the tool, so
+    /// it is reported cancelled, not timed out.
+    pub(crate) fn class(&self) -> OutcomeClass {
+        match self {
+            AttemptEnd::Done(Ok(_)) => OutcomeClass::Success,
+            AttemptEnd::Done(Err(f)) => f.class,
+            AttemptEnd::TimedOut {
+                layer: Layer::Tool, ..
+            } => OutcomeClass::Timeout,
+            AttemptEnd::TimedOut { .. } | AttemptEnd::Cancelled => OutcomeClass::Cancelled,
+        }
+    }
+}
+
+/// A fresh id for one attempt.
+pub(crate) fn new_attempt_id() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Client {
+    /// Calls a tool through the gate: admission from the local view (a probe
+    /// permit in HALF_OPEN), a deadline capped by the journey, cancellation,
+    /// the outcome reported, and bounded retries for retry-safe tools.
+    ///
+    /// `f` is called once per attempt with that attempt's [`CallContext`];
+    /// it should pass `ctx.cancel` on to its transport. A write-effect tool
+    /// is refused while the kill switch is on; use [`Client::write`] for
+    /// writes so the ledger guards them.
+    pub async fn call<T, F, Fut>(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+        mut f: F,
+    ) -> Result<CallOutput<T>, ClientError>
+    where
+        F: FnMut(CallContext) -> Fut,
+        Fut: Future<Output = Result<T, ToolFailure>>,
+    {
+        self.count_intent(journey);
+        let policy = self.inner.view.tool_policy(tool);
+        if policy.effect.is_write() {
+            self.refuse_if_blocked(tool)?;
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let pass = self.pass_gate(journey, tool, &policy).await?;
+            let (circuit_state, degraded) = (pass.decision.state, pass.decision.degraded);
+            let probe = pass.permit.is_some();
+            let deadline = journey.deadline(self.tool_timeout(tool, &policy), Layer::Tool);
+            let ctx = self.context(journey, attempt, deadline, None);
+            let (end, elapsed) = self
+                .attempt(journey, tool, &pass, ctx, deadline, &mut f)
+                .await;
+            self.settle(tool, &policy, pass, end.class(), elapsed);
+            let failure = match end {
+                AttemptEnd::Done(Ok(value)) => {
+                    return Ok(CallOutput {
+                        value,
+                        attempts: attempt,
+                        circuit_state,
+                        degraded,
+                        probe,
+                    })
+                }
+                AttemptEnd::Done(Err(failure)) => failure,
+                other => return Err(self.stopped(tool, &other, elapsed)),
+            };
+            let wait = self.backoff(&policy, attempt);
+            if !retry::may_retry(&policy, failure.class, attempt, wait, journey.available()) {
+                return Err(ClientError::ToolFailed {
+                    tool: tool.tool().to_owned(),
+                    class: failure.class,
+                    message: failure.message,
+                    attempts: attempt,
+                });
+            }
+            tracing::debug!(tool = %tool.tool(), attempt, class = failure.class.as_str(), wait_ms = ms(wait), "retrying");
+            bump(&self.inner.metrics.retries);
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Reports the outcome of a call the agent made itself after
+    /// [`Client::admit`] allowed it: into the report buffer (never blocks;
+    /// dropped and counted when full) and to the local fallback breakers.
+    pub fn report(
+        &self,
+        tool: &ToolRef,
+        decision: &Decision,
+        class: OutcomeClass,
+        elapsed: Duration,
+    ) {
+        let policy = self.inner.view.tool_policy(tool);
+        let pass = Pass {
+            decision: decision.clone(),
+            permit: None,
+        };
+        self.settle(tool, &policy, pass, class, elapsed);
+    }
+
+    /// The wait before the next attempt.
+    pub(crate) fn backoff(&self, policy: &ToolPolicy, attempt: u32) -> Duration {
+        Duration::from_millis(retry::backoff_ms(&policy.retry, attempt, fastrand::f64()))
+    }
+
+    /// `writes_blocked` when the kill switch is on (local view, no network).
+    pub(crate) fn refuse_if_blocked(&self, tool: &ToolRef) -> Result<(), ClientError> {
+        if !self.inner.view.writes_blocked() {
+            return Ok(());
+        }
+        bump(&self.inner.metrics.writes_blocked);
+        Err(ClientError::WritesBlocked {
+            tool: tool.tool().to_owned(),
+            reason: self.inner.view.kill_switch().reason,
+        })
+    }
+
+    /// The tool's own deadline: p99 × 1.2 from a fresh, valid, binding
+    /// disclosure, else the policy's `timeout_ms`.
+    pub(crate) fn tool_timeout(&self, tool: &ToolRef, policy: &ToolPolicy) -> Duration {
+        let disclosed = self
+            .inner
+            .view
+            .disclosure(tool)
+            .and_then(|block| assess(&block, wall_clock()).deadline_ms());
+        Duration::from_millis(disclosed.unwrap_or(policy.timeout_ms))
+    }
+
+    /// The context handed to one attempt.
+    pub(crate) fn context(
+        &self,
+        journey: &Journey,
+        attempt: u32,
+        deadline: Deadline,
+        idempotency_key: Option<String>,
+    ) -> CallContext {
+        CallContext {
+            intent_id: journey.intent_id().to_owned(),
+            tool_call_id: new_attempt_id(),
+            attempt,
+            deadline: deadline.duration,
+            deadline_layer: deadline.layer,
+            cancel: journey.call_token(),
+            idempotency_key,
+        }
+    }
+
+    /// Budget, admission and, in HALF_OPEN, a probe permit.
+    pub(crate) async fn pass_gate(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+        policy: &ToolPolicy,
+    ) -> Result<Pass, ClientError> {
+        if journey.is_cancelled() {
+            return Err(ClientError::Cancelled {
+                tool: tool.tool().to_owned(),
+                elapsed_ms: 0,
+            });
+        }
+        if journey.available().is_zero() {
+            bump(&self.inner.metrics.budget_exhausted);
+            return Err(ClientError::BudgetExhausted {
+                tool: tool.tool().to_owned(),
+                elapsed_ms: ms(journey.elapsed()),
+                budget_ms: ms(journey.budget()),
+                reserve_ms: ms(journey.reserve()),
+            });
+        }
+        let decision = self.admit_with(tool, policy);
+        match decision.admission.clone() {
+            Admission::Allow { would_reject } => {
+                if would_reject {
+                    bump(&self.inner.metrics.shadow_would_reject);
+                }
+                Ok(Pass {
+                    decision,
+                    permit: None,
+                })
+            }
+            Admission::Reject {
+                scope,
+                state,
+                retry_after_ms,
+            } => Err(self.rejected(tool, &decision, scope, state, retry_after_ms)),
+            Admission::Probe { scope } => self.probe(journey, tool, policy, decision, scope).await,
+        }
+    }
+
+    fn rejected(
+        &self,
+        tool: &ToolRef,
+        decision: &Decision,
+        scope: RejectScope,
+        state: BreakerState,
+        retry_after_ms: Option<u64>,
+    ) -> ClientError {
+        bump(&self.inner.metrics.rejects);
+        if decision.on_partition == Some(OnPartition::FailClosed) {
+            return ClientError::PartitionFailClosed {
+                tool: tool.tool().to_owned(),
+                view_age_ms: decision.view_age_ms.unwrap_or(0),
+            };
+        }
+        ClientError::CircuitOpen {
+            tool: tool.tool().to_owned(),
+            server: tool.server().to_owned(),
+            whole_server: scope == RejectScope::Server,
+            state,
+            retry_after_ms,
+            degraded: decision.degraded,
+        }
+    }
+
+    /// Asks for a probe permit: the cluster's when the view is fresh, the
+    /// local breaker's when degraded.
+    async fn probe(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+        policy: &ToolPolicy,
+        decision: Decision,
+        scope: RejectScope,
+    ) -> Result<Pass, ClientError> {
+        let ns = &self.inner.config.namespace;
+        let (key, breaker_policy) = match scope {
+            RejectScope::Server => (
+                server_key(ns, tool),
+                self.inner.view.server_breaker_policy(tool),
+            ),
+            RejectScope::Tool => (tool_key(ns, tool, policy.scope), policy.breaker.clone()),
+        };
+        if decision.degraded {
+            let permit = self
+                .inner
+                .local
+                .acquire(&key, &breaker_policy, wall_clock());
+            return match permit {
+                Some(p) => Ok(Pass {
+                    decision,
+                    permit: Some(Permit::Local(p)),
+                }),
+                None => Err(self.rejected(tool, &decision, scope, BreakerState::HalfOpen, None)),
+            };
+        }
+        let rpc = journey.deadline(self.inner.config.rpc_timeout(), Layer::Cluster);
+        let answer = probe::acquire(
+            &self.inner.endpoints,
+            &self.inner.config,
+            &key,
+            rpc.duration,
+        )
+        .await;
+        match answer {
+            Ok(ProbeAnswer::Granted(permit)) => {
+                bump(&self.inner.metrics.probes_granted);
+                Ok(Pass {
+                    decision,
+                    permit: Some(Permit::Cluster(permit)),
+                })
+            }
+            Ok(ProbeAnswer::NotNeeded { generation }) => {
+                let mut decision = decision;
+                decision.admission = Admission::Allow {
+                    would_reject: false,
+                };
+                if scope == RejectScope::Tool {
+                    decision.tool_generation = generation;
+                } else {
+                    decision.server_generation = generation;
+                }
+                Ok(Pass {
+                    decision,
+                    permit: None,
+                })
+            }
+            Ok(ProbeAnswer::Denied {
+                state,
+                retry_after_ms,
+                whole_server,
+            }) => {
+                bump(&self.inner.metrics.probes_denied);
+                let scope = if whole_server {
+                    RejectScope::Server
+                } else {
+                    scope
+                };
+                Err(self.rejected(tool, &decision, scope, state, Some(retry_after_ms)))
+            }
+            Err(e) => {
+                tracing::info!(tool = %tool.tool(), error = %e, "no probe permit: cluster did not answer");
+                bump(&self.inner.metrics.probes_denied);
+                Err(self.rejected(tool, &decision, scope, BreakerState::HalfOpen, None))
+            }
+        }
+    }
+
+    /// Runs one attempt under its deadline, in its own span. On expiry the
+    /// call's token fires and its future is dropped.
+    pub(crate) async fn attempt<T, F, Fut>(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+        pass: &Pass,
+        ctx: CallContext,
+        deadline: Deadline,
+        f: &mut F,
+    ) -> (AttemptEnd<T>, Duration)
+    where
+        F: FnMut(CallContext) -> Fut,
+        Fut: Future<Output = Result<T, ToolFailure>>,
+    {
+        let span = tracing::info_span!(
+            "fusebox.attempt",
+            intent_id = %ctx.intent_id,
+            tool_call_id = %ctx.tool_call_id,
+            attempt = ctx.attempt,
+            server = %tool.server(),
+            tool = %tool.tool(),
+            deadline_ms = ms(deadline.duration),
+            deadline_layer = deadline.layer.as_str(),
+            circuit_state = pass.decision.state.as_str(),
+            degraded = pass.decision.degraded,
+            probe = pass.permit.is_some(),
+            outcome_class = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
+        bump(&self.inner.metrics.calls);
+        let token = ctx.cancel.clone();
+        let started = Instant::now();
+        let call = f(ctx);
+        let end = async {
+            tokio::select! {
+                result = call => AttemptEnd::Done(result),
+                () = tokio::time::sleep(deadline.duration) => {
+                    token.cancel();
+                    AttemptEnd::TimedOut { layer: deadline.layer, deadline: deadline.duration }
+                }
+                () = journey.token().cancelled() => AttemptEnd::Cancelled,
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        let elapsed = started.elapsed();
+        if let AttemptEnd::TimedOut { .. } = end {
+            bump(&self.inner.metrics.timeouts);
+        }
+        span.record("outcome_class", end.class().as_str());
+        span.record("elapsed_ms", ms(elapsed));
+        (end, elapsed)
+    }
+
+    /// The error for an attempt that a deadline or a cancellation stopped.
+    pub(crate) fn stopped<T>(
+        &self,
+        tool: &ToolRef,
+        end: &AttemptEnd<T>,
+        elapsed: Duration,
+    ) -> ClientError {
+        match end {
+            AttemptEnd::TimedOut { layer, deadline } => ClientError::Timeout {
+                tool: tool.tool().to_owned(),
+                layer: *layer,
+                elapsed_ms: ms(elapsed),
+                deadline_ms: ms(*deadline),
+            },
+            _ => ClientError::Cancelled {
+                tool: tool.tool().to_owned(),
+                elapsed_ms: ms(elapsed),
+            },
+        }
+    }
+
+    /// Reports the outcome: the probe permit is returned with it, or it goes
+    /// into the report buffer; the local breakers count it either way.
+    pub(crate) fn settle(
+        &self,
+        tool: &ToolRef,
+        policy: &ToolPolicy,
+        pass: Pass,
+        class: OutcomeClass,
+        elapsed: Duration,
+    ) {
+        let now = wall_clock();
+        let ns = &self.inner.config.namespace;
+        let (sk, tk) = (server_key(ns, tool), tool_key(ns, tool, policy.scope));
+        let server_policy = self.inner.view.server_breaker_policy(tool);
+        match pass.permit {
+            Some(Permit::Local(permit)) => {
+                let p = if permit.key.is_server() {
+                    &server_policy
+                } else {
+                    &policy.breaker
+                };
+                self.inner.local.release(&permit, p, class, now);
+                return;
+            }
+            Some(Permit::Cluster(permit)) => self.release_later(permit, class, ms(elapsed)),
+            None => self.inner.buffer.record(pb::Outcome {
+                server: tool.server().to_owned(),
+                tool: tool.tool().to_owned(),
+                backend: tool.backend().map(str::to_owned),
+                class: class_to_proto(class) as i32,
+                duration_ms: ms(elapsed),
+                generation_seen: Some(pass.decision.tool_generation),
+                server_generation_seen: Some(pass.decision.server_generation),
+            }),
+        }
+        self.inner.local.record(
+            (&sk, &tk),
+            (&server_policy, &policy.breaker),
+            class,
+            ms(elapsed),
+            now,
+        );
+    }
+
+    /// Returns a cluster permit in the background (bounded by the RPC
+    /// deadline), so the call returns at once; the answer updates the view.
+    fn release_later(&self, permit: ClusterPermit, class: OutcomeClass, duration_ms: u64) {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let released =
+                probe::release(&inner.endpoints, &inner.config, permit, class, duration_ms).await;
+            match released {
+                Ok(Some(view)) => inner.view.offer_breaker(&view),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::info!(error = %e, "probe permit not returned; its lease will lapse")
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,272 @@
+//! The client a replica embeds: connection, local view, reporter, metrics.
+
+use crate::config::ClientConfig;
+use crate::convert::tool_key;
+use crate::decision::Decision;
+use crate::endpoints::Endpoints;
+use crate::error::ClientError;
+use crate::journey::Journey;
+use crate::local_breakers::{server_key, LocalBreakers};
+use crate::metrics::{bump, Metrics, MetricsSnapshot};
+use crate::reporter::{self, OutcomeBuffer};
+use crate::tool::ToolRef;
+use crate::view::{wall_clock, LocalView, ViewStatus};
+use crate::watch::WatchTask;
+use fusebox_core::breaker::{Admission, RejectScope};
+use fusebox_core::disclosure::LatencyDisclosure;
+use fusebox_core::policy::{OnPartition, ToolPolicy};
+use fusebox_proto::v1 as pb;
+use fusebox_proto::v1::ledger_client::LedgerClient;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The gate every tool call of a replica passes through. Cheap to clone;
+/// clones share one view, one buffer and one set of counters.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) config: ClientConfig,
+    pub(crate) endpoints: Arc<Endpoints>,
+    pub(crate) view: Arc<LocalView>,
+    pub(crate) buffer: OutcomeBuffer,
+    pub(crate) local: LocalBreakers,
+    pub(crate) metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Client {
+    /// Starts the watch stream and the report flusher; returns at once.
+    /// Until the first snapshot arrives decisions are degraded (see
+    /// [`Client::wait_fresh`]). Must be called inside a tokio runtime.
+    pub fn connect(config: ClientConfig) -> Result<Client, ClientError> {
+        config.validate()?;
+        let endpoints = Arc::new(Endpoints::new(
+            &config.endpoints,
+            Duration::from_millis(config.connect_timeout_ms),
+        )?);
+        let view = Arc::new(LocalView::new(
+            config.namespace.clone(),
+            config.view_stale_after_ms,
+            config.disconnect_grace_ms,
+        )?);
+        let metrics = Arc::new(Metrics::default());
+        let stop = CancellationToken::new();
+        let (buffer, flusher) =
+            reporter::channel(&config, endpoints.clone(), metrics.clone(), stop.clone());
+        let watch = WatchTask {
+            config: config.clone(),
+            endpoints: endpoints.clone(),
+            view: view.clone(),
+            metrics: metrics.clone(),
+            stop: stop.clone(),
+        };
+        let tasks = vec![tokio::spawn(watch.run()), tokio::spawn(flusher.run())];
+        let local = LocalBreakers::new(config.replica_id.clone(), config.fleet_replicas);
+        Ok(Client {
+            inner: Arc::new(Inner {
+                config,
+                endpoints,
+                view,
+                buffer,
+                local,
+                metrics,
+                stop,
+                tasks: Mutex::new(tasks),
+            }),
+        })
+    }
+
+    /// Waits until the view is fresh, at most `within`; `false` if it is not.
+    pub async fn wait_fresh(&self, within: Duration) -> bool {
+        let started = Instant::now();
+        while !self.inner.view.is_fresh() {
+            if started.elapsed() >= within {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
+    /// Stops the background tasks after sending the outcomes still
+    /// buffered (bounded by the RPC deadline).
+    pub async fn close(self) {
+        self.inner.stop.cancel();
+        let tasks: Vec<_> = std::mem::take(
+            &mut *self
+                .inner
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let bound = self.inner.config.rpc_timeout() + Duration::from_secs(1);
+        for task in tasks {
+            let _ = tokio::time::timeout(bound, task).await;
+        }
+    }
+
+    /// How fresh the local view is.
+    pub fn view_status(&self) -> ViewStatus {
+        self.inner.view.status()
+    }
+
+    /// The counters, read now.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    /// The effective policy of a tool, as the view holds it.
+    pub fn tool_policy(&self, tool: &ToolRef) -> Arc<ToolPolicy> {
+        self.inner.view.tool_policy(tool)
+    }
+
+    /// Keeps a latency disclosure read from the tool's manifest (an MCP
+    /// `annotations.latencyDisclosure`); while fresh and valid it sets the
+    /// tool's deadline to p99 × 1.2. A disclosure pushed by the cluster wins.
+    /// `false` when the bound on kept disclosures is reached.
+    pub fn import_disclosure(&self, tool: &ToolRef, block: LatencyDisclosure) -> bool {
+        self.inner.view.import_disclosure(tool, block)
+    }
+
+    /// Asks for the buffered outcomes to be sent now rather than at the
+    /// next interval.
+    pub fn flush_reports(&self) {
+        self.inner.buffer.flush_soon();
+    }
+
+    /// The local admission decision for a call on `tool`: no network call,
+    /// no allocation on the fresh path. HALF_OPEN answers
+    /// [`Admission::Probe`]; [`Client::call`] then asks for a permit.
+    pub fn admit(&self, tool: &ToolRef) -> Decision {
+        let policy = self.inner.view.tool_policy(tool);
+        self.admit_with(tool, &policy)
+    }
+
+    pub(crate) fn admit_with(&self, tool: &ToolRef, policy: &ToolPolicy) -> Decision {
+        let view = &self.inner.view;
+        let now = wall_clock();
+        if view.is_fresh() {
+            let a = view.admit(tool, policy.scope, now);
+            return Decision {
+                admission: a.admission,
+                state: a.state,
+                degraded: false,
+                on_partition: None,
+                tool_generation: a.tool_generation,
+                server_generation: a.server_generation,
+                view_age_ms: view.age_ms(),
+            };
+        }
+        bump(&self.inner.metrics.degraded_decisions);
+        let cached = view.admit(tool, policy.scope, now);
+        let admission = match policy.on_partition {
+            OnPartition::FailClosed => Admission::Reject {
+                scope: RejectScope::Tool,
+                state: cached.state,
+                retry_after_ms: None,
+            },
+            OnPartition::FailOpenLocal => {
+                let ns = &self.inner.config.namespace;
+                self.inner.local.admit(
+                    &server_key(ns, tool),
+                    &tool_key(ns, tool, policy.scope),
+                    &view.server_breaker_policy(tool),
+                    &policy.breaker,
+                    now,
+                )
+            }
+        };
+        Decision {
+            admission,
+            state: cached.state,
+            degraded: true,
+            on_partition: Some(policy.on_partition),
+            tool_generation: cached.tool_generation,
+            server_generation: cached.server_generation,
+            view_age_ms: view.age_ms(),
+        }
+    }
+
+    /// Counts a journey once, at its first call.
+    pub(crate) fn count_intent(&self, journey: &Journey) {
+        if journey.first_use() {
+            bump(&self.inner.metrics.intents);
+        }
+    }
+
+    /// Reads a ledger record by key, linearizably: after an ambiguous
+    /// outcome this reflects every acknowledged write.
+    pub async fn lookup(&self, key: &str) -> Result<pb::LedgerRecord, ClientError> {
+        let request = pb::LookupRequest {
+            namespace: self.inner.config.namespace.to_string(),
+            meta: None,
+            key: key.to_owned(),
+        };
+        let response = self
+            .inner
+            .endpoints
+            .call(
+                "ledger_lookup",
+                self.inner.config.rpc_timeout(),
+                request,
+                |channel, req| async move { LedgerClient::new(channel).lookup(req).await },
+            )
+            .await?;
+        response.record.ok_or_else(|| ClientError::Cluster {
+            operation: "ledger_lookup",
+            code: tonic::Code::Internal,
+            error_code: None,
+            message: "lookup answered without a record".to_owned(),
+        })
+    }
+
+    /// Settles an ambiguous record (an operator's decision, with who and
+    /// why); `operation_id` is required with [`pb::ResolutionDecision::Done`].
+    pub async fn resolve(
+        &self,
+        key: &str,
+        decision: pb::ResolutionDecision,
+        operation_id: Option<String>,
+        actor: &str,
+        note: &str,
+    ) -> Result<pb::LedgerRecord, ClientError> {
+        let request = pb::ResolveRequest {
+            namespace: self.inner.config.namespace.to_string(),
+            meta: None,
+            key: key.to_owned(),
+            decision: decision as i32,
+            operation_id,
+            actor: actor.to_owned(),
+            note: note.to_owned(),
+        };
+        let response = self
+            .inner
+            .endpoints
+            .call(
+                "ledger_resolve",
+                self.inner.config.rpc_timeout(),
+                request,
+                |channel, req| async move { LedgerClient::new(channel).resolve(req).await },
+            )
+            .await?;
+        response.record.ok_or_else(|| ClientError::Cluster {
+            operation: "ledger_resolve",
+            code: tonic::Code::Internal,
+            error_code: None,
+            message: "resolve answered without a record".to_owned(),
+        })
+    }
+}

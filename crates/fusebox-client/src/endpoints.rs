@@ -1,0 +1,150 @@
+//! The cluster's nodes as seen by one replica, and calls that move to the
+//! next node when one is unavailable.
+//!
+//! Any node answers any request: a follower forwards writes to the leader
+//! itself. So the client needs no leader tracking to be correct; it prefers
+//! the node that answered last, moves on when a node is UNAVAILABLE, and
+//! jumps to the leader when a node says NOT_LEADER and names one on the
+//! list. Every call has a deadline: each try gets what is left of it, and
+//! the server learns it through `grpc-timeout`.
+
+use crate::error::ClientError;
+use fusebox_proto::v1::fusebox_error_detail::Detail;
+use fusebox_proto::v1::FuseboxErrorDetail;
+use prost::Message;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+/// One lazily connected channel per node.
+#[derive(Debug)]
+pub(crate) struct Endpoints {
+    nodes: Vec<(String, Channel)>,
+    preferred: AtomicUsize,
+}
+
+impl Endpoints {
+    /// Channels to every address; nothing connects until the first call.
+    pub(crate) fn new(
+        addresses: &[String],
+        connect_timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let mut nodes = Vec::with_capacity(addresses.len());
+        for address in addresses {
+            let uri = if address.contains("://") {
+                address.clone()
+            } else {
+                format!("http://{address}")
+            };
+            let endpoint =
+                Endpoint::from_shared(uri).map_err(|e| ClientError::InvalidArgument {
+                    field: "endpoints".to_owned(),
+                    message: format!("{address:?}: {e}"),
+                })?;
+            let channel = endpoint
+                .connect_timeout(connect_timeout)
+                .tcp_nodelay(true)
+                .connect_lazy();
+            nodes.push((address.clone(), channel));
+        }
+        Ok(Endpoints {
+            nodes,
+            preferred: AtomicUsize::new(0),
+        })
+    }
+
+    /// The `offset`-th node after the preferred one, with its index.
+    pub(crate) fn pick(&self, offset: usize) -> (usize, &str, Channel) {
+        let i = (self.preferred.load(Ordering::Relaxed) + offset) % self.nodes.len();
+        let (address, channel) = &self.nodes[i];
+        (i, address, channel.clone())
+    }
+
+    /// Remembers the node that answered.
+    pub(crate) fn prefer(&self, index: usize) {
+        self.preferred.store(index, Ordering::Relaxed);
+    }
+
+    fn index_of(&self, address: &str) -> Option<usize> {
+        self.nodes.iter().position(|(a, _)| a == address)
+    }
+
+    /// Calls `f` on one node after another until one answers, within
+    /// `deadline` in all. `f` gets a channel and builds the request; its
+    /// message is cloned per try.
+    pub(crate) async fn call<Req, Resp, F, Fut>(
+        &self,
+        operation: &'static str,
+        deadline: Duration,
+        message: Req,
+        mut f: F,
+    ) -> Result<Resp, ClientError>
+    where
+        Req: Clone,
+        F: FnMut(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let started = Instant::now();
+        let mut last = String::from("no node tried");
+        let mut offset = 0;
+        let tries = self.nodes.len() + 1;
+        for _ in 0..tries {
+            let left = deadline.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let (index, address, channel) = self.pick(offset);
+            let mut request = Request::new(message.clone());
+            request.set_timeout(left);
+            let answer = tokio::time::timeout(left, f(channel, request)).await;
+            match answer {
+                Ok(Ok(response)) => {
+                    self.prefer(index);
+                    return Ok(response.into_inner());
+                }
+                Ok(Err(status)) if status.code() == Code::Unavailable => {
+                    tracing::debug!(operation, node = address, error = %status.message(), "node unavailable, trying the next");
+                    last = format!("{address}: {}", status.message());
+                    offset = match self.leader_hint(&status) {
+                        Some(leader) => {
+                            self.prefer(leader);
+                            0
+                        }
+                        None => offset + 1,
+                    };
+                }
+                Ok(Err(status)) => return Err(refused(operation, &status)),
+                Err(_) => {
+                    last = format!("{address}: no answer within {} ms", left.as_millis());
+                    break;
+                }
+            }
+        }
+        Err(ClientError::ClusterUnavailable {
+            operation,
+            message: last,
+        })
+    }
+
+    /// The leader's index when a NOT_LEADER answer names a listed node.
+    fn leader_hint(&self, status: &Status) -> Option<usize> {
+        let detail = FuseboxErrorDetail::decode(status.details()).ok()?;
+        match detail.detail? {
+            Detail::NotLeader(n) => self.index_of(n.leader_address.as_deref()?),
+            _ => None,
+        }
+    }
+}
+
+/// A deliberate refusal from the cluster, with its detail's code.
+pub(crate) fn refused(operation: &'static str, status: &Status) -> ClientError {
+    let detail = FuseboxErrorDetail::decode(status.details()).ok();
+    ClientError::Cluster {
+        operation,
+        code: status.code(),
+        error_code: detail.as_ref().map(|d| d.code),
+        message: status.message().to_owned(),
+    }
+}

@@ -1,0 +1,242 @@
+//! The fallback when the cluster cannot be reached: breakers of this
+//! replica alone, run by the core's own engine.
+//!
+//! Under `on_partition = fail_open_local` a replica keeps calling its tools,
+//! guarded by a [`Breaker`] per key fed with its own outcomes only. The
+//! policy is scaled to one replica: `min_reporters` becomes 1 (this replica
+//! is the only reporter), a window's `minimum_calls` is divided by the
+//! fleet size (one replica sees its share of the calls), and one probe at a
+//! time. A consecutive-failures trip is kept as it is: a streak seen by one
+//! replica is as telling as one seen by the fleet.
+//!
+//! These breakers are fed on every call, not only during a partition, so
+//! that when the cluster goes away they already hold the recent evidence.
+//! Time is the replica's wall clock, passed in as a value.
+
+use crate::tool::ToolRef;
+use fusebox_core::breaker::{
+    admit, Admission, Breaker, BreakerKey, BreakerView, Observation, ProbeAnswer,
+};
+use fusebox_core::policy::{BreakerPolicy, Trip};
+use fusebox_core::{Namespace, OutcomeClass, ReplicaId, Timestamp, Verdict};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+/// Most local breakers kept; past it new keys are not guarded locally.
+pub(crate) const LOCAL_BREAKERS_MAX: usize = 4_096;
+
+/// A local probe permit: the breaker it belongs to and its fencing values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LocalPermit {
+    pub(crate) key: BreakerKey,
+    pub(crate) permit_id: u64,
+    pub(crate) generation: u64,
+}
+
+/// The replica's own breakers.
+#[derive(Debug)]
+pub(crate) struct LocalBreakers {
+    replica: ReplicaId,
+    fleet_replicas: u32,
+    breakers: Mutex<HashMap<BreakerKey, Breaker>>,
+}
+
+/// `policy` as one replica of `fleet` should apply it.
+pub(crate) fn scaled(policy: &BreakerPolicy, fleet: u32) -> BreakerPolicy {
+    let mut local = policy.clone();
+    local.min_reporters = 1;
+    local.concurrent_probes = 1;
+    local.shadow = policy.shadow;
+    if let Trip::SlidingWindow(w) = &mut local.trip {
+        w.minimum_calls = w.minimum_calls.div_ceil(fleet.max(1)).max(1);
+    }
+    local
+}
+
+impl LocalBreakers {
+    pub(crate) fn new(replica: ReplicaId, fleet_replicas: u32) -> Self {
+        LocalBreakers {
+            replica,
+            fleet_replicas,
+            breakers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<BreakerKey, Breaker>) -> R) -> R {
+        let mut map = self.breakers.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut map)
+    }
+
+    /// The admission rule over the local server and tool breakers.
+    pub(crate) fn admit(
+        &self,
+        server_key: &BreakerKey,
+        tool_key: &BreakerKey,
+        server_policy: &BreakerPolicy,
+        tool_policy: &BreakerPolicy,
+        now: Timestamp,
+    ) -> Admission {
+        let (sp, tp) = (
+            scaled(server_policy, self.fleet_replicas),
+            scaled(tool_policy, self.fleet_replicas),
+        );
+        self.with(|map| {
+            let view = |map: &mut HashMap<BreakerKey, Breaker>, key: &BreakerKey, p| match map
+                .get_mut(key)
+            {
+                Some(b) => {
+                    b.advance(now);
+                    BreakerView::of(key, b, p)
+                }
+                None => BreakerView::closed(key.clone()),
+            };
+            let server = view(map, server_key, &sp);
+            let tool = view(map, tool_key, &tp);
+            admit(&server, &tool, now)
+        })
+    }
+
+    /// Counts one outcome on the tool's and the server's local breakers.
+    pub(crate) fn record(
+        &self,
+        keys: (&BreakerKey, &BreakerKey),
+        policies: (&BreakerPolicy, &BreakerPolicy),
+        class: OutcomeClass,
+        duration_ms: u64,
+        now: Timestamp,
+    ) {
+        let (server_key, tool_key) = keys;
+        let sp = scaled(policies.0, self.fleet_replicas);
+        let tp = scaled(policies.1, self.fleet_replicas);
+        let tool_verdict = class.verdict(tp.rate_limited_is_failure);
+        let server_verdict = class.server_verdict();
+        self.with(|map| {
+            for (key, policy, verdict) in [
+                (server_key, &sp, server_verdict),
+                (tool_key, &tp, tool_verdict),
+            ] {
+                if verdict == Verdict::Ignored {
+                    continue;
+                }
+                if !map.contains_key(key) && map.len() >= LOCAL_BREAKERS_MAX {
+                    continue;
+                }
+                let breaker = map.entry(key.clone()).or_default();
+                let obs = Observation {
+                    replica: self.replica.clone(),
+                    generation: breaker.generation(),
+                    verdict,
+                    duration_ms,
+                };
+                breaker.record(policy, now, &obs);
+            }
+        });
+    }
+
+    /// Asks the local breaker of `key` for a probe permit.
+    pub(crate) fn acquire(
+        &self,
+        key: &BreakerKey,
+        policy: &BreakerPolicy,
+        now: Timestamp,
+    ) -> Option<LocalPermit> {
+        let p = scaled(policy, self.fleet_replicas);
+        self.with(|map| {
+            let breaker = map.get_mut(key)?;
+            match breaker.acquire_probe(&p, now, &self.replica) {
+                ProbeAnswer::Granted {
+                    permit_id,
+                    generation,
+                    ..
+                } => Some(LocalPermit {
+                    key: key.clone(),
+                    permit_id,
+                    generation,
+                }),
+                ProbeAnswer::Denied { .. } | ProbeAnswer::NotNeeded { .. } => None,
+            }
+        })
+    }
+
+    /// Returns a local permit with the probe's outcome.
+    pub(crate) fn release(
+        &self,
+        permit: &LocalPermit,
+        policy: &BreakerPolicy,
+        class: OutcomeClass,
+        now: Timestamp,
+    ) {
+        let p = scaled(policy, self.fleet_replicas);
+        let verdict = class.verdict(p.rate_limited_is_failure);
+        self.with(|map| {
+            if let Some(b) = map.get_mut(&permit.key) {
+                b.release_probe(&p, now, permit.permit_id, permit.generation, verdict);
+            }
+        });
+    }
+}
+
+/// The key of a tool's server breaker, for the local breakers.
+pub(crate) fn server_key(namespace: &Namespace, tool: &ToolRef) -> BreakerKey {
+    BreakerKey::server(namespace.clone(), tool.server.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fusebox_core::policy::WindowPolicy;
+
+    fn names() -> (Namespace, ToolRef, ReplicaId) {
+        let ns = Namespace::new("ns").unwrap_or_else(|_| unreachable!());
+        let tool = ToolRef::new("tax", "lookup").unwrap_or_else(|_| unreachable!());
+        let replica = ReplicaId::new("r1").unwrap_or_else(|_| unreachable!());
+        (ns, tool, replica)
+    }
+
+    #[test]
+    fn scaling_keeps_one_replica_able_to_trip() {
+        let p = BreakerPolicy {
+            min_reporters: 3,
+            concurrent_probes: 4,
+            trip: Trip::SlidingWindow(WindowPolicy::default()),
+            ..BreakerPolicy::default()
+        };
+        let local = scaled(&p, 10);
+        assert_eq!((local.min_reporters, local.concurrent_probes), (1, 1));
+        let Trip::SlidingWindow(w) = local.trip else {
+            panic!("trip kind changed")
+        };
+        assert_eq!(w.minimum_calls, 2);
+    }
+
+    #[test]
+    fn four_local_timeouts_open_the_local_breaker() {
+        let (ns, tool, replica) = names();
+        let local = LocalBreakers::new(replica, 1);
+        let sk = server_key(&ns, &tool);
+        let tk = BreakerKey::tool(ns, tool.server.clone(), tool.tool.clone());
+        let p = BreakerPolicy::default();
+        let now = Timestamp(1_000);
+        for _ in 0..4 {
+            assert!(matches!(
+                local.admit(&sk, &tk, &p, &p, now),
+                Admission::Allow { .. }
+            ));
+            local.record((&sk, &tk), (&p, &p), OutcomeClass::ToolError, 5, now);
+        }
+        assert!(matches!(
+            local.admit(&sk, &tk, &p, &p, now),
+            Admission::Reject { .. }
+        ));
+        let later = now.plus_ms(p.open.open_ms);
+        assert!(matches!(
+            local.admit(&sk, &tk, &p, &p, later),
+            Admission::Probe { .. }
+        ));
+        assert!(local.acquire(&tk, &p, later).is_some());
+        assert!(
+            local.acquire(&tk, &p, later).is_none(),
+            "one probe at a time"
+        );
+    }
+}

@@ -1,0 +1,161 @@
+//! Outcome reports: a bounded buffer on the call path, a flusher behind it.
+//!
+//! Recording never waits: an outcome goes into a bounded channel with
+//! `try_send`, and when the channel is full it is dropped and counted
+//! (`outcomes_dropped`). The flusher sends a batch every
+//! `report_flush_interval_ms`, or as soon as a batch's worth is waiting.
+//! Each batch carries a growing `batch_seq`, so the cluster can drop a batch
+//! resent after a lost answer; a batch no node accepts within the RPC
+//! deadline is dropped and counted (`outcomes_lost`) rather than held,
+//! because evidence that arrives late is evidence about the past.
+
+use crate::config::ClientConfig;
+use crate::endpoints::Endpoints;
+use crate::metrics::{bump, Metrics};
+use fusebox_proto::v1 as pb;
+use fusebox_proto::v1::breakers_client::BreakersClient;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// The call path's side: record and move on.
+#[derive(Debug)]
+pub(crate) struct OutcomeBuffer {
+    tx: mpsc::Sender<pb::Outcome>,
+    full_batch: usize,
+    wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+}
+
+/// The flusher's side.
+pub(crate) struct Flusher {
+    rx: mpsc::Receiver<pb::Outcome>,
+    wake: Arc<Notify>,
+    config: ClientConfig,
+    endpoints: Arc<Endpoints>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    batch_seq: u64,
+}
+
+/// A buffer and the flusher that drains it.
+pub(crate) fn channel(
+    config: &ClientConfig,
+    endpoints: Arc<Endpoints>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> (OutcomeBuffer, Flusher) {
+    let (tx, rx) = mpsc::channel(config.report_buffer_outcomes_max);
+    let wake = Arc::new(Notify::new());
+    let buffer = OutcomeBuffer {
+        tx,
+        full_batch: config.report_batch_outcomes_max,
+        wake: wake.clone(),
+        metrics: metrics.clone(),
+    };
+    let flusher = Flusher {
+        rx,
+        wake,
+        config: config.clone(),
+        endpoints,
+        metrics,
+        stop,
+        // Starting from the wall clock keeps sequence numbers growing across
+        // restarts of a replica that keeps its id.
+        batch_seq: crate::view::wall_clock().as_millis().saturating_mul(1_000),
+    };
+    (buffer, flusher)
+}
+
+impl OutcomeBuffer {
+    /// Queues one outcome; drops and counts it when the buffer is full.
+    pub(crate) fn record(&self, outcome: pb::Outcome) {
+        match self.tx.try_send(outcome) {
+            Ok(()) => {
+                bump(&self.metrics.outcomes_recorded);
+                let queued = self.tx.max_capacity() - self.tx.capacity();
+                if queued >= self.full_batch {
+                    self.wake.notify_one();
+                }
+            }
+            Err(_) => bump(&self.metrics.outcomes_dropped),
+        }
+    }
+
+    /// Asks the flusher to send what it holds now.
+    pub(crate) fn flush_soon(&self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Flusher {
+    /// Runs until `stop` fires, then sends what is left once.
+    pub(crate) async fn run(mut self) {
+        let period = Duration::from_millis(self.config.report_flush_interval_ms);
+        let mut ticker = tokio::time::interval(period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = self.stop.cancelled() => break,
+                _ = ticker.tick() => {}
+                () = self.wake.notified() => {}
+            }
+            while self.send_one_batch().await {}
+        }
+        self.send_one_batch().await;
+    }
+
+    /// Sends up to one batch; `true` when a full batch went and more may
+    /// be waiting.
+    async fn send_one_batch(&mut self) -> bool {
+        let max = self.config.report_batch_outcomes_max;
+        let mut outcomes = Vec::with_capacity(max.min(64));
+        while outcomes.len() < max {
+            match self.rx.try_recv() {
+                Ok(o) => outcomes.push(o),
+                Err(_) => break,
+            }
+        }
+        if outcomes.is_empty() {
+            return false;
+        }
+        let full = outcomes.len() == max;
+        let count = outcomes.len() as u64;
+        self.batch_seq += 1;
+        let request = pb::ReportOutcomesRequest {
+            namespace: self.config.namespace.to_string(),
+            meta: None,
+            replica_id: self.config.replica_id.to_string(),
+            batch_seq: self.batch_seq,
+            outcomes,
+        };
+        bump(&self.metrics.report_batches);
+        let sent =
+            self.endpoints
+                .call(
+                    "report_outcomes",
+                    self.config.rpc_timeout(),
+                    request,
+                    |channel, req| async move {
+                        BreakersClient::new(channel).report_outcomes(req).await
+                    },
+                )
+                .await;
+        match sent {
+            Ok(_) => {
+                self.metrics
+                    .outcomes_sent
+                    .fetch_add(count, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, outcomes = count, "report batch lost");
+                self.metrics
+                    .outcomes_lost
+                    .fetch_add(count, Ordering::Relaxed);
+            }
+        }
+        full
+    }
+}

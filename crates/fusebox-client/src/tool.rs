@@ -1,0 +1,120 @@
+//! What the agent hands the gate (a tool's name, how an attempt failed) and
+//! what the gate hands back (the call's context, its output).
+
+use crate::error::ClientError;
+use crate::Layer;
+use fusebox_core::breaker::BreakerState;
+use fusebox_core::{BackendName, OutcomeClass, ServerName, ToolName};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// One tool, optionally on one backend, with its names validated once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ToolRef {
+    pub(crate) server: ServerName,
+    pub(crate) tool: ToolName,
+    pub(crate) backend: Option<BackendName>,
+}
+
+impl ToolRef {
+    /// The tool `tool` on server `server`; names follow the core's rules.
+    pub fn new(server: &str, tool: &str) -> Result<Self, ClientError> {
+        Ok(ToolRef {
+            server: ServerName::new(server).map_err(ClientError::invalid("server"))?,
+            tool: ToolName::new(tool).map_err(ClientError::invalid("tool"))?,
+            backend: None,
+        })
+    }
+
+    /// The same tool narrowed to one backend (breakers scoped
+    /// `tool_and_backend` key on it).
+    pub fn on_backend(mut self, backend: &str) -> Result<Self, ClientError> {
+        self.backend = Some(BackendName::new(backend).map_err(ClientError::invalid("backend"))?);
+        Ok(self)
+    }
+
+    /// The server's name.
+    pub fn server(&self) -> &str {
+        self.server.as_str()
+    }
+
+    /// The tool's name.
+    pub fn tool(&self) -> &str {
+        self.tool.as_str()
+    }
+
+    /// The backend, if narrowed.
+    pub fn backend(&self) -> Option<&str> {
+        self.backend.as_ref().map(BackendName::as_str)
+    }
+}
+
+/// How one attempt of a tool call failed, classified honestly: the class
+/// decides whether the breaker counts it and whether it may be retried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolFailure {
+    /// The class (a business "not found" is [`OutcomeClass::BusinessError`],
+    /// not a failure of the tool).
+    pub class: OutcomeClass,
+    /// What the tool or transport said, passed on to the model.
+    pub message: String,
+    /// Whether the request may have reached the tool. A write whose request
+    /// left without a definitive answer becomes ambiguous; one that never
+    /// left releases its key.
+    pub request_left: bool,
+}
+
+impl ToolFailure {
+    /// A failure of `class` after the request left (the cautious default).
+    pub fn new(class: OutcomeClass, message: impl Into<String>) -> Self {
+        ToolFailure {
+            class,
+            message: message.into(),
+            request_left: true,
+        }
+    }
+
+    /// Marks that nothing was sent (connection refused, local validation):
+    /// a write's key is released and the tool did nothing.
+    pub fn before_sending(mut self) -> Self {
+        self.request_left = false;
+        self
+    }
+}
+
+/// What one attempt is told: who it is, how long it has, and the token to
+/// watch for cancellation (fired when its deadline expires or the journey is
+/// cancelled).
+#[derive(Clone, Debug)]
+pub struct CallContext {
+    /// The journey's intent id (one agent turn or user intent).
+    pub intent_id: String,
+    /// This attempt's id; every retry gets a new one.
+    pub tool_call_id: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The attempt's deadline.
+    pub deadline: Duration,
+    /// Which layer set the deadline.
+    pub deadline_layer: Layer,
+    /// Fired when the deadline expires or the journey is cancelled; pass it
+    /// to the transport so a slow call is stopped, not just abandoned.
+    pub cancel: CancellationToken,
+    /// The idempotency key, for writes (send it to the backend).
+    pub idempotency_key: Option<String>,
+}
+
+/// A successful call and how it was made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallOutput<T> {
+    /// What the tool returned.
+    pub value: T,
+    /// Attempts made, the successful one included.
+    pub attempts: u32,
+    /// The breaker state the call was admitted under.
+    pub circuit_state: BreakerState,
+    /// Admitted without a fresh view of the cluster (`on_partition`).
+    pub degraded: bool,
+    /// The call ran as a half-open probe with a fleet-wide permit.
+    pub probe: bool,
+}

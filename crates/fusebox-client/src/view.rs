@@ -1,0 +1,503 @@
+//! The replica's local copy of its namespace, fed by the watch stream.
+//!
+//! It holds every breaker the cluster tracks (an absent one is CLOSED at
+//! generation 0), the policy in force with a cache of resolved tool
+//! policies, the write kill switch and latency disclosures. Admission reads
+//! it under a read lock with string lookups only: no allocation, no network.
+//!
+//! Freshness is tracked apart from the data, in atomics: the instant of the
+//! last event (heartbeats included) and whether the stream is up. A view is
+//! fresh while its last event is younger than `view_stale_after_ms` and the
+//! stream has not been down longer than `disconnect_grace_ms`; a view that
+//! never received a snapshot is never fresh.
+
+use crate::convert::{self, view_from_proto};
+use crate::error::ClientError;
+use crate::tool::ToolRef;
+use fusebox_core::breaker::BreakerKey;
+use fusebox_core::breaker::{admit, Admission, BreakerState, BreakerView};
+use fusebox_core::disclosure::LatencyDisclosure;
+use fusebox_core::limits::BREAKERS_PER_NAMESPACE_MAX;
+use fusebox_core::policy::{BreakerPolicy, PolicyDocument, Scope, ToolPolicy};
+use fusebox_core::{Namespace, ServerName, Timestamp};
+use fusebox_proto::v1 as pb;
+use fusebox_proto::v1::watch_event::Event;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Instant;
+
+/// Most resolved tool policies cached; past it policies are resolved per
+/// call (correct, just slower).
+pub(crate) const TOOL_POLICIES_CACHED_MAX: usize = 4_096;
+/// Most disclosures kept (cluster-fed and imported, each).
+pub(crate) const DISCLOSURES_MAX: usize = 4_096;
+
+/// How fresh the local view is, for the agent and its dashboards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewStatus {
+    /// Revision of the last change applied; `None` before the first
+    /// snapshot.
+    pub revision: Option<u64>,
+    /// Whether the watch stream is up now.
+    pub connected: bool,
+    /// Milliseconds since the last event (heartbeats count); `None` before
+    /// the first.
+    pub age_ms: Option<u64>,
+    /// Whether decisions use this view (`false`: `on_partition` decides and
+    /// every decision is degraded).
+    pub fresh: bool,
+    /// Version of the policy in force; `None` when the namespace has none
+    /// (built-in defaults apply).
+    pub policy_version: Option<u64>,
+    /// Whether the write kill switch is on.
+    pub writes_blocked: bool,
+    /// Breakers tracked (not an untouched CLOSED one).
+    pub breakers: usize,
+}
+
+/// The write kill switch as the view holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KillSwitch {
+    pub(crate) writes_blocked: bool,
+    pub(crate) reason: String,
+}
+
+#[derive(Debug, Default)]
+struct ToolEntry {
+    view: Option<BreakerView>,
+    backends: HashMap<String, BreakerView>,
+}
+
+#[derive(Debug, Default)]
+struct ServerEntry {
+    view: Option<BreakerView>,
+    tools: HashMap<String, ToolEntry>,
+}
+
+/// What one admission read out of the view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    pub(crate) admission: Admission,
+    pub(crate) state: BreakerState,
+    pub(crate) tool_generation: u64,
+    pub(crate) server_generation: u64,
+}
+
+#[derive(Debug)]
+struct Policies {
+    version: Option<u64>,
+    document: Arc<PolicyDocument>,
+    tools: HashMap<(String, String), Arc<ToolPolicy>>,
+}
+
+#[derive(Debug, Default)]
+struct PendingSnapshot {
+    breakers: Vec<BreakerView>,
+    policy: Option<pb::PolicyVersion>,
+    kill_switch: Option<pb::KillSwitch>,
+    disclosures: Vec<pb::ToolDisclosure>,
+}
+
+#[derive(Debug, Default)]
+struct Data {
+    revision: Option<u64>,
+    servers: HashMap<String, ServerEntry>,
+    breakers: usize,
+    kill_switch: KillSwitch,
+    disclosures: HashMap<(String, String), LatencyDisclosure>,
+    pending: Option<PendingSnapshot>,
+}
+
+/// The local view.
+#[derive(Debug)]
+pub(crate) struct LocalView {
+    namespace: Namespace,
+    data: RwLock<Data>,
+    policies: RwLock<Policies>,
+    imported: RwLock<HashMap<(String, String), LatencyDisclosure>>,
+    closed: BreakerView,
+    epoch: Instant,
+    last_event_ms: AtomicU64,
+    connected: AtomicBool,
+    disconnected_at_ms: AtomicU64,
+    stale_after_ms: u64,
+    disconnect_grace_ms: u64,
+}
+
+/// Never: the instant-offset meaning "no event yet".
+const NEVER: u64 = u64::MAX;
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The wall clock in Unix milliseconds, to compare with the leader's stamps.
+pub(crate) fn wall_clock() -> Timestamp {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Timestamp::from_millis(ms)
+}
+
+impl LocalView {
+    /// An empty view: every breaker closed, built-in policy, never fresh.
+    pub(crate) fn new(
+        namespace: Namespace,
+        stale_after_ms: u64,
+        disconnect_grace_ms: u64,
+    ) -> Result<Self, ClientError> {
+        let placeholder = ServerName::new("_").map_err(ClientError::invalid("server"))?;
+        let closed = BreakerView::closed(BreakerKey::server(namespace.clone(), placeholder));
+        Ok(LocalView {
+            namespace,
+            data: RwLock::new(Data::default()),
+            policies: RwLock::new(Policies {
+                version: None,
+                document: Arc::new(PolicyDocument::default()),
+                tools: HashMap::new(),
+            }),
+            imported: RwLock::new(HashMap::new()),
+            closed,
+            epoch: Instant::now(),
+            last_event_ms: AtomicU64::new(NEVER),
+            connected: AtomicBool::new(false),
+            disconnected_at_ms: AtomicU64::new(0),
+            stale_after_ms,
+            disconnect_grace_ms,
+        })
+    }
+
+    fn since_epoch_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Milliseconds since the last event, `None` before the first.
+    pub(crate) fn age_ms(&self) -> Option<u64> {
+        let last = self.last_event_ms.load(Ordering::Acquire);
+        (last != NEVER).then(|| self.since_epoch_ms().saturating_sub(last))
+    }
+
+    /// Whether decisions may use the view (see the module essay).
+    pub(crate) fn is_fresh(&self) -> bool {
+        let Some(age) = self.age_ms() else {
+            return false;
+        };
+        if age >= self.stale_after_ms {
+            return false;
+        }
+        if self.connected.load(Ordering::Acquire) {
+            return true;
+        }
+        let down_for = self
+            .since_epoch_ms()
+            .saturating_sub(self.disconnected_at_ms.load(Ordering::Acquire));
+        down_for < self.disconnect_grace_ms
+    }
+
+    /// The stream is up (`true`) or went down (`false`).
+    pub(crate) fn set_connected(&self, up: bool) {
+        if !up && self.connected.load(Ordering::Acquire) {
+            self.disconnected_at_ms
+                .store(self.since_epoch_ms(), Ordering::Release);
+        }
+        self.connected.store(up, Ordering::Release);
+    }
+
+    /// The revision to resume the stream from.
+    pub(crate) fn revision(&self) -> Option<u64> {
+        read(&self.data).revision
+    }
+
+    /// The view's freshness and headline facts.
+    pub(crate) fn status(&self) -> ViewStatus {
+        let data = read(&self.data);
+        ViewStatus {
+            revision: data.revision,
+            connected: self.connected.load(Ordering::Acquire),
+            age_ms: self.age_ms(),
+            fresh: self.is_fresh(),
+            policy_version: read(&self.policies).version,
+            writes_blocked: data.kill_switch.writes_blocked,
+            breakers: data.breakers,
+        }
+    }
+
+    /// The kill switch as last seen.
+    pub(crate) fn kill_switch(&self) -> KillSwitch {
+        read(&self.data).kill_switch.clone()
+    }
+
+    /// Whether the kill switch is on (no allocation).
+    pub(crate) fn writes_blocked(&self) -> bool {
+        read(&self.data).kill_switch.writes_blocked
+    }
+
+    /// The admission rule applied to the cached server and tool breakers.
+    pub(crate) fn admit(&self, tool: &ToolRef, scope: Scope, now: Timestamp) -> Admitted {
+        let data = read(&self.data);
+        let entry = data.servers.get(tool.server());
+        let server_view = entry.and_then(|e| e.view.as_ref()).unwrap_or(&self.closed);
+        let tool_entry = entry.and_then(|e| e.tools.get(tool.tool()));
+        let tool_view = match (scope, tool.backend()) {
+            (Scope::ToolAndBackend, Some(b)) => tool_entry.and_then(|t| t.backends.get(b)),
+            _ => tool_entry.and_then(|t| t.view.as_ref()),
+        }
+        .unwrap_or(&self.closed);
+        let admission = admit(server_view, tool_view, now);
+        let state = match &admission {
+            Admission::Reject { state, .. } => *state,
+            Admission::Probe { scope } => match scope {
+                fusebox_core::breaker::RejectScope::Server => server_view.state,
+                fusebox_core::breaker::RejectScope::Tool => tool_view.state,
+            },
+            Admission::Allow { .. } => tool_view.state,
+        };
+        Admitted {
+            admission,
+            state,
+            tool_generation: tool_view.generation,
+            server_generation: server_view.generation,
+        }
+    }
+
+    /// The effective policy of a tool, resolved once per policy version.
+    pub(crate) fn tool_policy(&self, tool: &ToolRef) -> Arc<ToolPolicy> {
+        let (version, document) = {
+            let policies = read(&self.policies);
+            let key = (tool.server().to_owned(), tool.tool().to_owned());
+            if let Some(p) = policies.tools.get(&key) {
+                return p.clone();
+            }
+            (policies.version, policies.document.clone())
+        };
+        let resolved = Arc::new(document.tool_policy(&tool.server, &tool.tool));
+        let mut policies = write(&self.policies);
+        if policies.version == version && policies.tools.len() < TOOL_POLICIES_CACHED_MAX {
+            let key = (tool.server().to_owned(), tool.tool().to_owned());
+            policies.tools.insert(key, resolved.clone());
+        }
+        resolved
+    }
+
+    /// The effective policy of a server's own breaker.
+    pub(crate) fn server_breaker_policy(&self, tool: &ToolRef) -> BreakerPolicy {
+        read(&self.policies).document.server_breaker(&tool.server)
+    }
+
+    /// The disclosure for a tool: the cluster's if it has one, else one the
+    /// replica imported from a manifest.
+    pub(crate) fn disclosure(&self, tool: &ToolRef) -> Option<LatencyDisclosure> {
+        let key = (tool.server().to_owned(), tool.tool().to_owned());
+        if let Some(d) = read(&self.data).disclosures.get(&key) {
+            return Some(d.clone());
+        }
+        read(&self.imported).get(&key).cloned()
+    }
+
+    /// Keeps a disclosure read from a tool manifest; `false` when the bound
+    /// of kept disclosures is reached.
+    pub(crate) fn import_disclosure(&self, tool: &ToolRef, block: LatencyDisclosure) -> bool {
+        let mut imported = write(&self.imported);
+        let key = (tool.server().to_owned(), tool.tool().to_owned());
+        if imported.len() >= DISCLOSURES_MAX && !imported.contains_key(&key) {
+            return false;
+        }
+        imported.insert(key, block);
+        true
+    }
+
+    /// Applies one event of the watch stream.
+    pub(crate) fn apply(&self, event: pb::WatchEvent) {
+        self.last_event_ms
+            .store(self.since_epoch_ms(), Ordering::Release);
+        let Some(kind) = event.event else {
+            return;
+        };
+        let mut data = write(&self.data);
+        match kind {
+            Event::Snapshot(chunk) => {
+                if let Some(done) = self.add_chunk(&mut data, chunk) {
+                    self.install(&mut data, done);
+                } else {
+                    return;
+                }
+            }
+            Event::Breaker(view) => {
+                if let Some(view) = view_from_proto(&self.namespace, &view) {
+                    upsert(&mut data, view, true);
+                }
+            }
+            Event::BreakerRemoved(removed) => {
+                let key = removed
+                    .key
+                    .as_ref()
+                    .and_then(|k| convert::key_from_proto(&self.namespace, k));
+                if let Some(key) = key {
+                    remove(&mut data, &key);
+                }
+            }
+            Event::Policy(version) => self.set_policy(Some(&version)),
+            Event::KillSwitch(k) => data.kill_switch = kill_from_proto(&k),
+            Event::Disclosure(d) => set_disclosure(&mut data, &d),
+            Event::ResyncRequired(_) | Event::Heartbeat(_) => {}
+        }
+        data.revision = Some(
+            data.revision
+                .map_or(event.revision, |r| r.max(event.revision)),
+        );
+    }
+
+    /// A breaker view learned outside the stream (a probe release answer):
+    /// kept only if it is newer than the one held.
+    pub(crate) fn offer_breaker(&self, view: &pb::BreakerView) {
+        if let Some(view) = view_from_proto(&self.namespace, view) {
+            upsert(&mut write(&self.data), view, false);
+        }
+    }
+
+    fn add_chunk(&self, data: &mut Data, chunk: pb::WatchSnapshot) -> Option<PendingSnapshot> {
+        let pending = data.pending.get_or_insert_with(PendingSnapshot::default);
+        if chunk.policy.is_some() {
+            pending.policy = chunk.policy;
+        }
+        if chunk.kill_switch.is_some() {
+            pending.kill_switch = chunk.kill_switch;
+        }
+        for view in &chunk.breakers {
+            if pending.breakers.len() >= BREAKERS_PER_NAMESPACE_MAX {
+                tracing::warn!(namespace = %self.namespace, "snapshot holds more breakers than a namespace may; extra ones ignored");
+                break;
+            }
+            pending
+                .breakers
+                .extend(view_from_proto(&self.namespace, view));
+        }
+        let room = DISCLOSURES_MAX.saturating_sub(pending.disclosures.len());
+        pending
+            .disclosures
+            .extend(chunk.disclosures.into_iter().take(room));
+        if chunk.last_chunk {
+            data.pending.take()
+        } else {
+            None
+        }
+    }
+
+    fn install(&self, data: &mut Data, snapshot: PendingSnapshot) {
+        data.servers.clear();
+        data.breakers = 0;
+        for view in snapshot.breakers {
+            upsert(data, view, true);
+        }
+        data.kill_switch = snapshot
+            .kill_switch
+            .as_ref()
+            .map(kill_from_proto)
+            .unwrap_or_default();
+        data.disclosures.clear();
+        for d in &snapshot.disclosures {
+            set_disclosure(data, d);
+        }
+        self.set_policy(snapshot.policy.as_ref());
+    }
+
+    fn set_policy(&self, version: Option<&pb::PolicyVersion>) {
+        let parsed = match version {
+            Some(v) => match convert::policy_from_proto(v) {
+                Some(document) => (Some(v.version), document),
+                None => return,
+            },
+            None => (None, PolicyDocument::default()),
+        };
+        let mut policies = write(&self.policies);
+        if policies.version == parsed.0 && parsed.0.is_some() {
+            return;
+        }
+        policies.version = parsed.0;
+        policies.document = Arc::new(parsed.1);
+        policies.tools.clear();
+    }
+}
+
+fn kill_from_proto(k: &pb::KillSwitch) -> KillSwitch {
+    KillSwitch {
+        writes_blocked: k.writes_blocked,
+        reason: k.reason.clone(),
+    }
+}
+
+fn set_disclosure(data: &mut Data, d: &pb::ToolDisclosure) {
+    let key = (d.server.clone(), d.tool.clone());
+    match &d.disclosed {
+        Some(block)
+            if data.disclosures.len() < DISCLOSURES_MAX || data.disclosures.contains_key(&key) =>
+        {
+            data.disclosures
+                .insert(key, convert::disclosure_from_proto(block));
+        }
+        Some(_) => {}
+        None => {
+            data.disclosures.remove(&key);
+        }
+    }
+}
+
+fn upsert(data: &mut Data, view: BreakerView, ordered: bool) {
+    let count = data.breakers;
+    let server = data.servers.entry(view.key.server.to_string()).or_default();
+    let existing: Option<&BreakerView> = match (&view.key.tool, &view.key.backend) {
+        (None, _) => server.view.as_ref(),
+        (Some(t), None) => server.tools.get(t.as_str()).and_then(|e| e.view.as_ref()),
+        (Some(t), Some(b)) => server
+            .tools
+            .get(t.as_str())
+            .and_then(|e| e.backends.get(b.as_str())),
+    };
+    if !ordered && existing.is_some_and(|e| e.generation >= view.generation) {
+        return;
+    }
+    let added = existing.is_none();
+    if added && count >= BREAKERS_PER_NAMESPACE_MAX {
+        return;
+    }
+    match (view.key.tool.clone(), view.key.backend.clone()) {
+        (None, _) => server.view = Some(view),
+        (Some(t), None) => server.tools.entry(t.to_string()).or_default().view = Some(view),
+        (Some(t), Some(b)) => {
+            server
+                .tools
+                .entry(t.to_string())
+                .or_default()
+                .backends
+                .insert(b.to_string(), view);
+        }
+    }
+    if added {
+        data.breakers += 1;
+    }
+}
+
+fn remove(data: &mut Data, key: &BreakerKey) {
+    let Some(server) = data.servers.get_mut(key.server.as_str()) else {
+        return;
+    };
+    let removed = match (&key.tool, &key.backend) {
+        (None, _) => server.view.take().is_some(),
+        (Some(t), None) => server
+            .tools
+            .get_mut(t.as_str())
+            .is_some_and(|e| e.view.take().is_some()),
+        (Some(t), Some(b)) => server
+            .tools
+            .get_mut(t.as_str())
+            .is_some_and(|e| e.backends.remove(b.as_str()).is_some()),
+    };
+    if removed {
+        data.breakers = data.breakers.saturating_sub(1);
+    }
+}

@@ -1,0 +1,471 @@
+//! The idempotent-write flow: `begin` on the ledger before the call,
+//! `complete` after it.
+//!
+//! A write runs only on a `started` answer. A completed key is replayed from
+//! the ledger with `replayed = true` and the tool is not called. A write
+//! whose request may have left without a definitive answer (timeout, lost
+//! connection, cancelled mid-flight, unparsable answer) is completed
+//! AMBIGUOUS and the flow stops: this crate never sends it again, and every
+//! later `begin` under the key answers ambiguous until an operator resolves
+//! it. Only an idempotent write whose request never left (or was refused
+//! with a 429 before anything happened) is retried, under the same key with
+//! a new attempt id.
+
+use crate::call::{AttemptEnd, Pass};
+use crate::client::Client;
+use crate::convert::effect_to_proto;
+use crate::error::{ClientError, Layer};
+use crate::journey::Journey;
+use crate::metrics::bump;
+use crate::retry;
+use crate::tool::{CallContext, ToolFailure, ToolRef};
+use fusebox_core::policy::{EffectClass, ToolPolicy};
+use fusebox_core::OutcomeClass;
+use fusebox_proto::v1 as pb;
+use fusebox_proto::v1::begin_response::Outcome as Begun;
+use fusebox_proto::v1::complete_request::Outcome as Completion;
+use fusebox_proto::v1::ledger_client::LedgerClient;
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::time::Duration;
+
+/// One write intent: the tool, its idempotency key, its target and the
+/// fingerprint of its arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteRequest {
+    /// The write tool.
+    pub tool: ToolRef,
+    /// The idempotency key, stable across retries of one intent (see
+    /// [`derive_key`](crate::derive_key)).
+    pub key: String,
+    /// The target or backend the write aims at.
+    pub target: String,
+    /// SHA-256 of the request's meaningful arguments, so a key reused for a
+    /// different request is caught.
+    pub fingerprint: Vec<u8>,
+}
+
+impl WriteRequest {
+    /// A write of `tool` under `key` aimed at `target`, fingerprinted from
+    /// the canonical bytes of its arguments.
+    pub fn new(
+        tool: ToolRef,
+        key: impl Into<String>,
+        target: impl Into<String>,
+        args: &[u8],
+    ) -> Self {
+        WriteRequest {
+            tool,
+            key: key.into(),
+            target: target.into(),
+            fingerprint: Sha256::digest(args).to_vec(),
+        }
+    }
+}
+
+/// What a write tool returns on success: the backend's operation id and a
+/// small result the ledger stores for replays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteSuccess {
+    /// The backend's id for the operation, to cross-check later.
+    pub operation_id: String,
+    /// The result to replay, at most the server's `stored_result_bytes_max`.
+    pub result: Vec<u8>,
+}
+
+/// A write that succeeded now or earlier.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteOutput {
+    /// The backend's operation id.
+    pub operation_id: Option<String>,
+    /// The result, as stored.
+    pub result: Vec<u8>,
+    /// True when the ledger answered from an earlier success and the tool
+    /// was not called.
+    pub replayed: bool,
+    /// The attempt that performed the write (this call's, or the earlier
+    /// one's on a replay).
+    pub attempt_id: String,
+    /// Attempts this call made (0 on a replay).
+    pub attempts: u32,
+}
+
+/// What the ledger said to `begin`, as the flow acts on it.
+enum Claim {
+    Started { attempt_id: String },
+    Replay(WriteOutput),
+}
+
+/// How an attempt's end is recorded in the ledger, and what follows.
+enum Settled {
+    Succeeded(WriteSuccess),
+    Released {
+        class: OutcomeClass,
+        message: String,
+    },
+    Failed {
+        class: OutcomeClass,
+        message: String,
+    },
+    Ambiguous {
+        reason: String,
+    },
+}
+
+impl Client {
+    /// Runs a write through the ledger (see the module essay). `f` is
+    /// called only after a `started` answer; `ctx.idempotency_key` carries
+    /// the key to send to the backend.
+    pub async fn write<F, Fut>(
+        &self,
+        journey: &Journey,
+        request: &WriteRequest,
+        mut f: F,
+    ) -> Result<WriteOutput, ClientError>
+    where
+        F: FnMut(CallContext) -> Fut,
+        Fut: Future<Output = Result<WriteSuccess, ToolFailure>>,
+    {
+        self.count_intent(journey);
+        let tool = &request.tool;
+        let policy = self.inner.view.tool_policy(tool);
+        if policy.effect.is_write() {
+            self.refuse_if_blocked(tool)?;
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let pass = self.pass_gate(journey, tool, &policy).await?;
+            let deadline = journey.deadline(self.tool_timeout(tool, &policy), Layer::Tool);
+            let lease_ms = u64::try_from(deadline.duration.as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_add(self.inner.config.write_lease_margin_ms);
+            let attempt_id = match self.begin(journey, request, &policy, lease_ms).await {
+                Ok(Claim::Started { attempt_id }) => attempt_id,
+                Ok(Claim::Replay(output)) => {
+                    self.drop_pass(tool, &policy, pass);
+                    bump(&self.inner.metrics.writes_replayed);
+                    return Ok(output);
+                }
+                Err(e) => {
+                    self.drop_pass(tool, &policy, pass);
+                    return Err(e);
+                }
+            };
+            bump(&self.inner.metrics.writes_started);
+            let mut ctx = self.context(journey, attempt, deadline, Some(request.key.clone()));
+            ctx.tool_call_id = attempt_id.clone();
+            let (end, elapsed) = self
+                .attempt(journey, tool, &pass, ctx, deadline, &mut f)
+                .await;
+            let class = end.class();
+            let settled = self.settled(tool, end, elapsed);
+            self.settle(tool, &policy, pass, class, elapsed);
+            let recorded = self.complete(journey, request, &attempt_id, &settled).await;
+            match settled {
+                Settled::Succeeded(s) => {
+                    if let Err(e) = recorded {
+                        tracing::warn!(key = %request.key, error = %e, "write succeeded but its completion was not recorded; the lease will lapse");
+                    }
+                    return Ok(WriteOutput {
+                        operation_id: Some(s.operation_id),
+                        result: s.result,
+                        replayed: false,
+                        attempt_id,
+                        attempts: attempt,
+                    });
+                }
+                Settled::Ambiguous { reason } => {
+                    bump(&self.inner.metrics.writes_ambiguous);
+                    return Err(ClientError::AmbiguousOutcome {
+                        tool: tool.tool().to_owned(),
+                        key: request.key.clone(),
+                        attempt_id,
+                        reason,
+                    });
+                }
+                Settled::Failed { class, message } => {
+                    return Err(self.write_failed(tool, class, message, attempt));
+                }
+                Settled::Released { class, message } => {
+                    let wait = self.backoff(&policy, attempt);
+                    let may = recorded.is_ok()
+                        && policy.effect == EffectClass::IdempotentWrite
+                        && retry::may_retry(&policy, class, attempt, wait, journey.available());
+                    if !may {
+                        return Err(self.write_failed(tool, class, message, attempt));
+                    }
+                    bump(&self.inner.metrics.retries);
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// Returns an unused probe permit (the tool was not called).
+    fn drop_pass(&self, tool: &ToolRef, policy: &ToolPolicy, pass: Pass) {
+        if pass.permit.is_some() {
+            self.settle(tool, policy, pass, OutcomeClass::Cancelled, Duration::ZERO);
+        }
+    }
+
+    fn write_failed(
+        &self,
+        tool: &ToolRef,
+        class: OutcomeClass,
+        message: String,
+        attempts: u32,
+    ) -> ClientError {
+        ClientError::ToolFailed {
+            tool: tool.tool().to_owned(),
+            class,
+            message,
+            attempts,
+        }
+    }
+
+    /// What the ledger must record for an attempt's end.
+    fn settled(&self, tool: &ToolRef, end: AttemptEnd<WriteSuccess>, elapsed: Duration) -> Settled {
+        match end {
+            AttemptEnd::Done(Ok(success)) => Settled::Succeeded(success),
+            AttemptEnd::Done(Err(failure)) => settle_failure(failure),
+            AttemptEnd::TimedOut { .. } | AttemptEnd::Cancelled => Settled::Ambiguous {
+                reason: format!(
+                    "{}; the request had left",
+                    self.stopped(tool, &end, elapsed)
+                ),
+            },
+        }
+    }
+
+    /// `begin` on the ledger; every answer but `started` and a successful
+    /// replay is an error the model can act on.
+    async fn begin(
+        &self,
+        journey: &Journey,
+        request: &WriteRequest,
+        policy: &ToolPolicy,
+        lease_ms: u64,
+    ) -> Result<Claim, ClientError> {
+        let attempt_id = crate::call::new_attempt_id();
+        let message = pb::BeginRequest {
+            namespace: self.inner.config.namespace.to_string(),
+            meta: None,
+            key: request.key.clone(),
+            fingerprint: request.fingerprint.clone(),
+            intent_id: journey.intent_id().to_owned(),
+            server: request.tool.server().to_owned(),
+            tool: request.tool.tool().to_owned(),
+            target: request.target.clone(),
+            effect: effect_to_proto(policy.effect) as i32,
+            attempt_id: attempt_id.clone(),
+            lease_ms: lease_ms.min(fusebox_core::limits::LEASE_MS_MAX),
+        };
+        let rpc = journey.deadline(self.inner.config.rpc_timeout(), Layer::Cluster);
+        let answer = self
+            .inner
+            .endpoints
+            .call(
+                "ledger_begin",
+                rpc.duration,
+                message,
+                |channel, req| async move { LedgerClient::new(channel).begin(req).await },
+            )
+            .await
+            .map_err(|e| self.begin_refused(&request.tool, e))?;
+        self.claim(request, attempt_id, answer.outcome)
+    }
+
+    fn claim(
+        &self,
+        request: &WriteRequest,
+        attempt_id: String,
+        outcome: Option<Begun>,
+    ) -> Result<Claim, ClientError> {
+        let tool = request.tool.tool().to_owned();
+        let key = request.key.clone();
+        match outcome {
+            Some(Begun::Started(s)) => Ok(Claim::Started {
+                attempt_id: if s.attempt_id.is_empty() {
+                    attempt_id
+                } else {
+                    s.attempt_id
+                },
+            }),
+            Some(Begun::Completed(c)) => replay(tool, key, c.record),
+            Some(Begun::InProgress(p)) => Err(ClientError::InProgress {
+                tool,
+                key,
+                holder_attempt_id: p.holder_attempt_id,
+                retry_after_ms: p
+                    .lease_until_ms
+                    .saturating_sub(crate::view::wall_clock().as_millis()),
+            }),
+            Some(Begun::Mismatch(_)) => Err(ClientError::Mismatch { tool, key }),
+            Some(Begun::Ambiguous(a)) => {
+                let record = a.record.unwrap_or_default();
+                Err(ClientError::AmbiguousOutcome {
+                    tool,
+                    key,
+                    attempt_id: record.attempt_id,
+                    reason: record
+                        .ambiguity_reason
+                        .unwrap_or_else(|| "an earlier attempt's outcome is unknown".to_owned()),
+                })
+            }
+            None => Err(ClientError::Cluster {
+                operation: "ledger_begin",
+                code: tonic::Code::Internal,
+                error_code: None,
+                message: "begin answered nothing".to_owned(),
+            }),
+        }
+    }
+
+    /// Turns the server's WRITES_BLOCKED refusal into the model's error.
+    fn begin_refused(&self, tool: &ToolRef, e: ClientError) -> ClientError {
+        match e {
+            ClientError::Cluster {
+                error_code: Some(code),
+                message,
+                ..
+            } if code == pb::ErrorCode::WritesBlocked as i32 => {
+                bump(&self.inner.metrics.writes_blocked);
+                ClientError::WritesBlocked {
+                    tool: tool.tool().to_owned(),
+                    reason: message,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// `complete` on the ledger, within what is left of the journey (its
+    /// reserve included: recording the outcome is part of answering). If it
+    /// fails, the lease lapses: a non-idempotent write then turns ambiguous
+    /// on the cluster by itself.
+    async fn complete(
+        &self,
+        journey: &Journey,
+        request: &WriteRequest,
+        attempt_id: &str,
+        settled: &Settled,
+    ) -> Result<(), ClientError> {
+        let outcome = match settled {
+            Settled::Succeeded(s) => Completion::Succeeded(pb::CompleteSucceeded {
+                operation_id: s.operation_id.clone(),
+                result: s.result.clone(),
+            }),
+            Settled::Released { message, .. } => {
+                Completion::FailedBeforeExecution(pb::CompleteFailedBeforeExecution {
+                    reason: message.clone(),
+                })
+            }
+            Settled::Failed { message, .. } => Completion::Failed(pb::CompleteFailed {
+                reason: message.clone(),
+            }),
+            Settled::Ambiguous { reason } => Completion::Ambiguous(pb::CompleteAmbiguous {
+                reason: reason.clone(),
+            }),
+        };
+        let message = pb::CompleteRequest {
+            namespace: self.inner.config.namespace.to_string(),
+            meta: None,
+            key: request.key.clone(),
+            attempt_id: attempt_id.to_owned(),
+            outcome: Some(outcome),
+        };
+        let deadline = self.inner.config.rpc_timeout().min(journey.remaining());
+        self.inner
+            .endpoints
+            .call(
+                "ledger_complete",
+                deadline,
+                message,
+                |channel, req| async move { LedgerClient::new(channel).complete(req).await },
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+/// How a classified failure is recorded.
+fn settle_failure(failure: ToolFailure) -> Settled {
+    let ToolFailure {
+        class,
+        message,
+        request_left,
+    } = failure;
+    if !request_left || class == OutcomeClass::RateLimited {
+        return Settled::Released { class, message };
+    }
+    match class {
+        OutcomeClass::Timeout
+        | OutcomeClass::Transport
+        | OutcomeClass::Cancelled
+        | OutcomeClass::Unparsable => Settled::Ambiguous {
+            reason: format!("{}: {message}; the request had left", class.as_str()),
+        },
+        _ => Settled::Failed { class, message },
+    }
+}
+
+/// A completed key: the stored success, or the stored failure as an error.
+fn replay(
+    tool: String,
+    key: String,
+    record: Option<pb::LedgerRecord>,
+) -> Result<Claim, ClientError> {
+    let record = record.unwrap_or_default();
+    if record.status == pb::LedgerStatus::Succeeded as i32 {
+        return Ok(Claim::Replay(WriteOutput {
+            operation_id: record.operation_id,
+            result: record.result.unwrap_or_default(),
+            replayed: true,
+            attempt_id: record.attempt_id,
+            attempts: 0,
+        }));
+    }
+    let status = pb::LedgerStatus::try_from(record.status)
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("LEDGER_STATUS_")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_else(|_| "unknown".to_owned());
+    Err(ClientError::WriteNotReplayable {
+        tool,
+        key,
+        status,
+        reason: record.failure_reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_whose_request_left_without_an_answer_is_ambiguous() {
+        let lost = ToolFailure::new(OutcomeClass::Transport, "connection reset");
+        assert!(matches!(settle_failure(lost), Settled::Ambiguous { .. }));
+        let refused = ToolFailure::new(OutcomeClass::Transport, "refused").before_sending();
+        assert!(matches!(settle_failure(refused), Settled::Released { .. }));
+        let throttled = ToolFailure::new(OutcomeClass::RateLimited, "429");
+        assert!(matches!(
+            settle_failure(throttled),
+            Settled::Released { .. }
+        ));
+        let said_no = ToolFailure::new(OutcomeClass::ServerError, "500");
+        assert!(matches!(settle_failure(said_no), Settled::Failed { .. }));
+    }
+
+    #[test]
+    fn the_fingerprint_depends_on_the_arguments() {
+        let tool = ToolRef::new("jobs", "restart").unwrap_or_else(|_| unreachable!());
+        let a = WriteRequest::new(tool.clone(), "k", "job-1", b"{\"force\":true}");
+        let b = WriteRequest::new(tool, "k", "job-1", b"{\"force\":false}");
+        assert_ne!(a.fingerprint, b.fingerprint);
+        assert_eq!(a.fingerprint.len(), 32);
+    }
+}

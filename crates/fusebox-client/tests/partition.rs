@@ -1,0 +1,151 @@
+//! With the cluster out of reach, decisions follow `on_partition` and say
+//! they are degraded; once it is back, the view catches up.
+//!
+//! The replica reaches its node through a TCP proxy; cutting the proxy is a
+//! partition between replica and cluster (every connection dropped, new ones
+//! refused) while the cluster itself keeps running, so an operator can change
+//! state meanwhile and the test can show the view catching up on it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use fusebox_client::{Admission, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef};
+use std::time::Duration;
+use support::{connected, test_config, wait_for, Proxy, TestCluster};
+
+const POLICY: &str = r#"
+[defaults.breaker]
+consecutive_failures = 4
+open_ms = 60000
+
+[servers.search.breaker]
+consecutive_failures = 100
+
+[servers.search.tools.web_search]
+on_partition = "fail_open_local"
+
+[servers.search.tools.web_search.breaker]
+consecutive_failures = 4
+
+[servers.payments.tools.refund_status]
+on_partition = "fail_closed"
+"#;
+
+fn failing() -> Result<(), ToolFailure> {
+    Err(ToolFailure::new(
+        OutcomeClass::ToolError,
+        "result had isError set",
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn decisions_follow_on_partition_while_cut_off_and_the_view_catches_up() {
+    tracing::info!("one node behind a proxy; the replica sees a fresh view");
+    let cluster = TestCluster::start(1).await;
+    let op = cluster.operator(0);
+    let version = op.apply_policy(POLICY).await;
+    let proxy = Proxy::start(cluster.addrs[0].clone()).await;
+    let client = connected(test_config(vec![proxy.addr.clone()], "replica-p")).await;
+    wait_for("policy on the replica", Duration::from_secs(10), || {
+        let v = client.view_status().policy_version;
+        async move { (v == Some(version)).then_some(()) }
+    })
+    .await;
+    let search = ToolRef::new("search", "web_search").unwrap();
+    let refunds = ToolRef::new("payments", "refund_status").unwrap();
+    let docs = ToolRef::new("search", "fetch_doc").unwrap();
+    assert!(!client.admit(&search).degraded);
+    let revision_before = client.view_status().revision.unwrap();
+
+    tracing::info!("cut the replica off from the cluster");
+    proxy.cut();
+    wait_for("the view to go stale", Duration::from_secs(10), || {
+        let fresh = client.view_status().fresh;
+        async move { (!fresh).then_some(()) }
+    })
+    .await;
+
+    tracing::info!("fail_open_local: calls go on, degraded, under a local breaker");
+    let journey = Journey::new("partitioned", Duration::from_secs(120), Duration::ZERO);
+    let out = client
+        .call(&journey, &search, |_| async {
+            Ok::<_, ToolFailure>("results")
+        })
+        .await
+        .unwrap();
+    assert!(out.degraded);
+    let decision = client.admit(&search);
+    assert!(decision.degraded && decision.allows());
+    for _ in 0..4 {
+        let err = client
+            .call(&journey, &search, |_| async { failing() })
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "tool_failed");
+    }
+    let decision = client.admit(&search);
+    assert!(decision.degraded);
+    assert!(
+        matches!(decision.admission, Admission::Reject { .. }),
+        "{decision:?}"
+    );
+    let err = client
+        .call(&journey, &search, |_| async {
+            Ok::<_, ToolFailure>("never")
+        })
+        .await
+        .unwrap_err();
+    match &err {
+        ClientError::CircuitOpen { degraded, .. } => assert!(degraded),
+        other => panic!("expected a degraded circuit_open, got {other}"),
+    }
+    assert!(err.to_string().contains("unreachable"));
+
+    tracing::info!("fail_closed: refused outright, degraded");
+    let decision = client.admit(&refunds);
+    assert!(decision.degraded && !decision.allows());
+    let err = client
+        .call(&journey, &refunds, |_| async {
+            Ok::<_, ToolFailure>("never")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "partition_fail_closed", "{err}");
+    assert!(client.metrics().degraded_decisions >= 4);
+
+    tracing::info!("meanwhile an operator forces a tool open and blocks writes");
+    op.force_open("search", "fetch_doc", "incident 42").await;
+    op.kill_switch(true, "incident 42").await;
+
+    tracing::info!("heal; the view catches up and decisions are no longer degraded");
+    proxy.heal();
+    wait_for(
+        "the view to be fresh again",
+        Duration::from_secs(20),
+        || {
+            let fresh = client.view_status().fresh;
+            async move { fresh.then_some(()) }
+        },
+    )
+    .await;
+    wait_for(
+        "the forced-open breaker in the view",
+        Duration::from_secs(10),
+        || {
+            let d = client.admit(&docs);
+            async move { matches!(d.admission, Admission::Reject { .. }).then_some(d) }
+        },
+    )
+    .await;
+    let status = client.view_status();
+    assert!(status.writes_blocked);
+    assert!(status.revision.unwrap() > revision_before);
+    let decision = client.admit(&refunds);
+    assert!(!decision.degraded && decision.allows());
+    let decision = client.admit(&docs);
+    assert!(!decision.degraded);
+    assert!(client.metrics().watch_reconnects >= 1);
+    client.close().await;
+    cluster.shutdown().await;
+}
