@@ -13,6 +13,7 @@ use fusebox_proto::v1::breakers_client::BreakersClient;
 use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::policy_client::PolicyClient;
+use fusebox_proto::v1::tools_client::ToolsClient;
 use fusebox_proto::v1::{RequestMeta, StatusRequest};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
@@ -176,6 +177,11 @@ impl Session {
     /// A Policy client.
     pub fn policy(&self) -> PolicyClient<Channel> {
         PolicyClient::new(self.channel.clone())
+    }
+
+    /// A Tools client.
+    pub fn tools(&self) -> ToolsClient<Channel> {
+        ToolsClient::new(self.channel.clone())
     }
 
     /// A Cluster client.

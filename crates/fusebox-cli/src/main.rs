@@ -2,7 +2,7 @@
 //!
 //! `fusebox serve` with no flags runs an embedded single-node cluster on
 //! `127.0.0.1:7600` with its data in `./fusebox-data`. The client commands
-//! (`cluster`, `breakers`, `ledger`, `policy`, `killswitch`) take
+//! (`cluster`, `breakers`, `ledger`, `policy`, `killswitch`, `tools`) take
 //! `--endpoints` (or `FUSEBOX_ENDPOINTS`) and print tables, or one line of
 //! JSON with `--json`. Commands that change something record who acted
 //! (`--actor`, `FUSEBOX_ACTOR`, else `USER`) in the cluster's audit.
@@ -20,10 +20,12 @@ mod failure;
 mod killswitch_cmd;
 mod known;
 mod ledger_cmd;
+mod manifest;
 mod policy_cmd;
 mod serve;
 mod table;
 mod time_text;
+mod tools_cmd;
 
 use clap::{Parser, Subcommand};
 use failure::{error_json, exit_kind, EXIT_CODES_HELP};
@@ -57,6 +59,9 @@ enum Command {
     /// Block every write-effect tool in a namespace while reads keep working.
     #[command(after_help = EXIT_CODES_HELP)]
     Killswitch(killswitch_cmd::KillswitchArgs),
+    /// Tool manifests and latency: import, latency, disclosure.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Tools(tools_cmd::ToolsArgs),
 }
 
 /// Whether the command asked for JSON (errors are then JSON too).
@@ -87,6 +92,7 @@ fn main() -> ExitCode {
             Command::Ledger(args) => ledger_cmd::run(args).await,
             Command::Policy(args) => policy_cmd::run(args).await,
             Command::Killswitch(args) => killswitch_cmd::run(args).await,
+            Command::Tools(args) => tools_cmd::run(args).await,
         }
     });
     match result {
@@ -126,7 +132,14 @@ mod tests {
     #[test]
     fn every_client_command_documents_the_exit_codes() {
         let mut cli = Cli::command();
-        for name in ["cluster", "breakers", "ledger", "policy", "killswitch"] {
+        for name in [
+            "cluster",
+            "breakers",
+            "ledger",
+            "policy",
+            "killswitch",
+            "tools",
+        ] {
             let sub = cli.find_subcommand_mut(name).expect(name);
             let help = sub.render_help().to_string();
             assert!(help.contains("3  not found"), "{name}: {help}");

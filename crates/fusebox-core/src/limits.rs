@@ -44,3 +44,16 @@ pub const FORCE_OPEN_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
 pub const TICK_TIMERS_MAX: usize = 4_096;
 /// Most records one list query returns.
 pub const LIST_LIMIT_MAX: usize = 1_000;
+/// Most tools one server's imported manifest may list.
+pub const TOOLS_PER_SERVER_MAX: usize = 512;
+/// Most imported tools one namespace may hold, across its servers.
+pub const TOOLS_PER_NAMESPACE_MAX: usize = 4_096;
+/// Largest raw `latencyDisclosure` block one imported tool may carry, in bytes.
+pub const DISCLOSURE_BLOCK_BYTES_MAX: usize = 16 * 1024;
+/// Most tools whose observed latency the cluster keeps, fleet-wide; outcomes
+/// of further tools still count for breakers, not for latency.
+pub const OBSERVED_TOOLS_MAX: usize = 2_048;
+/// Width of the rolling window of observed latency, in milliseconds (10 min).
+pub const OBSERVED_WINDOW_MS: u64 = 10 * 60 * 1000;
+/// Buckets the observed window is split into: samples expire a minute at a time.
+pub const OBSERVED_WINDOW_BUCKETS: usize = 10;

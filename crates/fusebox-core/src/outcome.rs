@@ -90,6 +90,22 @@ impl OutcomeClass {
         }
     }
 
+    /// Whether the call's duration is a response time the tool is
+    /// accountable for, and so enters its observed latency: the tool
+    /// answered. Timeouts are left out as the disclosure spec asks (calls
+    /// aborted at the timeout are excluded from p95 and p99), as are
+    /// transport failures, calls the caller cancelled and calls refused by
+    /// policy before they reached the tool.
+    pub fn has_latency(self) -> bool {
+        !matches!(
+            self,
+            OutcomeClass::Timeout
+                | OutcomeClass::Transport
+                | OutcomeClass::Cancelled
+                | OutcomeClass::PolicyDenied
+        )
+    }
+
     /// Whether a read-only or retry-safe call may be retried after this outcome.
     pub fn is_retryable(self) -> bool {
         matches!(

@@ -12,6 +12,9 @@
 //!   list, resolve);
 //! - `Policy`: versioned policy documents with rollback, and the write kill
 //!   switch;
+//! - `Tools`: imported tool manifests (MCP hints, latency disclosures
+//!   judged by the spec), observed latency per tool and its penalty flag,
+//!   and observed `latency_disclosure` blocks for publishers;
 //! - `Cluster`: status and membership;
 //! - `Raft`: the internal node-to-node transport, opaque openraft payloads
 //!   behind a cluster-id header.

@@ -3,9 +3,9 @@
 
 use fusebox_proto::v1::{
     begin_response, breakers_server, cluster_server, ledger_server, policy_server, raft_server,
-    watch_event, BeginRequest, BeginResponse, BeginStarted, BreakerKey, BreakerState, BreakerView,
-    Effect, ErrorCode, FuseboxErrorDetail, KillSwitch, NotLeaderDetail, RequestMeta, WatchEvent,
-    WatchSnapshot, WindowCounts,
+    tools_server, watch_event, BeginRequest, BeginResponse, BeginStarted, BreakerKey, BreakerState,
+    BreakerView, Effect, ErrorCode, FuseboxErrorDetail, KillSwitch, NotLeaderDetail, RequestMeta,
+    WatchEvent, WatchSnapshot, WindowCounts,
 };
 use prost::Message;
 
@@ -150,6 +150,7 @@ fn services_have_their_wire_names() {
     assert_eq!(policy_server::SERVICE_NAME, "fusebox.v1.Policy");
     assert_eq!(cluster_server::SERVICE_NAME, "fusebox.v1.Cluster");
     assert_eq!(raft_server::SERVICE_NAME, "fusebox.v1.Raft");
+    assert_eq!(tools_server::SERVICE_NAME, "fusebox.v1.Tools");
 }
 
 #[test]
@@ -167,6 +168,7 @@ fn descriptor_set_holds_every_file_and_service() {
             "fusebox/v1/ledger.proto",
             "fusebox/v1/policy.proto",
             "fusebox/v1/raft.proto",
+            "fusebox/v1/tools.proto",
         ]
     );
     let mut services: Vec<&str> = set
@@ -177,7 +179,7 @@ fn descriptor_set_holds_every_file_and_service() {
     services.sort_unstable();
     assert_eq!(
         services,
-        ["Breakers", "Cluster", "Ledger", "Policy", "Raft"]
+        ["Breakers", "Cluster", "Ledger", "Policy", "Raft", "Tools"]
     );
     assert!(
         set.file.iter().all(|file| file.package() == "fusebox.v1"),

@@ -53,6 +53,7 @@ impl fmt::Display for Request {
             Command::RollbackPolicy { .. } => "rollback_policy",
             Command::SetKillSwitch { .. } => "set_kill_switch",
             Command::Tick => "tick",
+            Command::ImportTools { .. } => "import_tools",
         };
         write!(f, "{kind} at {}", self.at_ms)
     }

@@ -1,10 +1,11 @@
 //! What applying a command returns: a typed answer and the watch events.
 
 use super::namespace::KillSwitch;
+use super::tools::ToolImported;
 use crate::breaker::{BreakerView, ProbeAnswer, ProbeResult};
 use crate::error::CoreError;
 use crate::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer};
-use crate::name::Namespace;
+use crate::name::{Namespace, ServerName, ToolName};
 use serde::{Deserialize, Serialize};
 
 /// How a batch of outcome reports was taken.
@@ -54,6 +55,8 @@ pub enum Answer {
     },
     /// The command was refused; the state did not change.
     Rejected(CoreError),
+    /// To `ImportTools`: what became of each tool, in manifest order.
+    ToolsImported(Vec<ToolImported>),
 }
 
 /// What changed, for watch streams; each carries the revision it created.
@@ -84,6 +87,19 @@ pub enum WatchEvent {
         /// Whether writes are now blocked.
         writes_blocked: bool,
     },
+    /// A tool's registry entry changed: imported, dropped from its server's
+    /// manifest, or its penalty flag flipped. Watchers read the entry (or
+    /// its absence) from the state.
+    Tool {
+        /// The revision of this change.
+        revision: u64,
+        /// The namespace.
+        namespace: Namespace,
+        /// The tool server.
+        server: ServerName,
+        /// The tool.
+        tool: ToolName,
+    },
 }
 
 impl WatchEvent {
@@ -92,7 +108,8 @@ impl WatchEvent {
         match self {
             WatchEvent::Breaker { revision, .. }
             | WatchEvent::Policy { revision, .. }
-            | WatchEvent::KillSwitch { revision, .. } => *revision,
+            | WatchEvent::KillSwitch { revision, .. }
+            | WatchEvent::Tool { revision, .. } => *revision,
         }
     }
 
@@ -100,9 +117,9 @@ impl WatchEvent {
     pub fn namespace(&self) -> &Namespace {
         match self {
             WatchEvent::Breaker { view, .. } => &view.key.namespace,
-            WatchEvent::Policy { namespace, .. } | WatchEvent::KillSwitch { namespace, .. } => {
-                namespace
-            }
+            WatchEvent::Policy { namespace, .. }
+            | WatchEvent::KillSwitch { namespace, .. }
+            | WatchEvent::Tool { namespace, .. } => namespace,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! What the log carries: one command per entry, stamped with the leader's time.
 
+use super::tools::ToolImport;
 use crate::breaker::BreakerKey;
 use crate::ledger::{BeginRequest, CompleteRequest, ResolveRequest};
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
@@ -148,6 +149,20 @@ pub enum Command {
     },
     /// Apply what time alone changes (open periods, leases, retention).
     Tick,
+    /// Replace one tool server's tool list in a namespace with an imported
+    /// manifest (an MCP `tools/list`): hints and raw disclosure blocks, each
+    /// block judged on apply at the entry's time.
+    ImportTools {
+        /// The namespace.
+        namespace: Namespace,
+        /// The tool server the manifest describes.
+        server: ServerName,
+        /// The manifest's tools, at most
+        /// [`crate::limits::TOOLS_PER_SERVER_MAX`], names unique.
+        tools: Vec<ToolImport>,
+        /// Who imported it.
+        actor: String,
+    },
 }
 
 /// One replica's outcome report, as a [`Command::ReportBatch`] carries it.

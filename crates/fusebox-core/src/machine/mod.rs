@@ -15,6 +15,10 @@ mod command;
 mod namespace;
 mod snapshot;
 mod state_machine;
+mod tools;
+
+#[cfg(test)]
+mod tools_tests;
 
 pub use answer::{Answer, Applied, ReportSummary, WatchEvent};
 pub use command::{Command, OperatorAction, OutcomeReport, Report};
@@ -23,3 +27,7 @@ pub use snapshot::{
     hex_digest, SnapshotReader, SnapshotWriter, FLEET_BYTES_MAX, RECORD_BYTES_MAX, SNAPSHOT_FORMAT,
 };
 pub use state_machine::{Fleet, SharedStateMachine, StateMachine};
+pub use tools::{
+    effect_of, judge_block, DisclosureVerdict, StoredBlock, ToolId, ToolImport, ToolImported,
+    ToolRecord, ToolRegistry,
+};

@@ -23,7 +23,7 @@ use crate::name::Namespace;
 use sha2::{Digest, Sha256};
 
 /// The snapshot format this build writes and reads.
-pub const SNAPSHOT_FORMAT: u8 = 2;
+pub const SNAPSHOT_FORMAT: u8 = 3;
 
 /// Largest fleet encoding a snapshot may carry.
 pub const FLEET_BYTES_MAX: usize = 1 << 30;

@@ -3,6 +3,7 @@
 use super::answer::{Answer, Applied, ReportSummary, WatchEvent};
 use super::command::{Command, OperatorAction, OutcomeReport, Report};
 use super::namespace::{KillSwitch, NamespaceState};
+use super::tools::{Announce, ManifestOf, ToolId, ToolImport, ToolRegistry};
 use crate::breaker::{Breaker, BreakerKey, BreakerView, Observation, Recorded};
 use crate::error::{check_len, check_max_len, CoreError};
 use crate::ledger::{BoxedLedger, Ledger, LedgerStore};
@@ -29,6 +30,7 @@ pub struct Fleet {
     breaker_deadlines: BTreeSet<(Timestamp, BreakerKey)>,
     revision: u64,
     now: Timestamp,
+    tools: ToolRegistry,
 }
 
 /// The whole replicated state: the [`Fleet`] and the ledger, in a store
@@ -110,6 +112,11 @@ impl<L: LedgerStore> StateMachine<L> {
     /// The ledger.
     pub fn ledger(&self) -> &L {
         &self.ledger
+    }
+
+    /// The tools registry: imported manifests and observed latency.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.fleet.tools
     }
 
     /// A breaker, if it exists.
@@ -244,6 +251,12 @@ impl<L: LedgerStore> StateMachine<L> {
                 reason,
             } => self.kill_switch(namespace, *writes_blocked, actor, reason, now, events),
             Command::Tick => Ok(self.tick(now, events)),
+            Command::ImportTools {
+                namespace,
+                server,
+                tools,
+                actor,
+            } => self.import_tools(namespace, server, tools, actor, now, events),
         }
     }
 
@@ -349,7 +362,18 @@ impl<L: LedgerStore> StateMachine<L> {
         let document = self.policy_document(ns).clone();
         let mut resolved: BTreeMap<(ServerName, ToolName), ToolPolicy> = BTreeMap::new();
         let mut summary = ReportSummary::default();
+        let mut timed: BTreeSet<ToolId> = BTreeSet::new();
         for o in outcomes {
+            if o.class.has_latency() {
+                let id = ToolId {
+                    namespace: ns.clone(),
+                    server: o.server.clone(),
+                    tool: o.tool.clone(),
+                };
+                if self.fleet.tools.observe(&id, now, o.duration_ms) {
+                    timed.insert(id);
+                }
+            }
             let tool_policy = resolved
                 .entry((o.server.clone(), o.tool.clone()))
                 .or_insert_with(|| document.tool_policy(&o.server, &o.tool))
@@ -383,7 +407,47 @@ impl<L: LedgerStore> StateMachine<L> {
                 }
             }
         }
+        let mut announce = Announce {
+            revision: &mut self.fleet.revision,
+            events,
+        };
+        self.fleet
+            .tools
+            .update_penalties(&timed, now, &mut announce);
         Ok(Answer::Reported(summary))
+    }
+
+    fn import_tools(
+        &mut self,
+        ns: &Namespace,
+        server: &ServerName,
+        tools: &[ToolImport],
+        actor: &str,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        // A refused import changes nothing: check the namespace limit first,
+        // create the namespace only once the import is taken.
+        if !self.fleet.namespaces.contains_key(ns) && self.fleet.namespaces.len() >= NAMESPACES_MAX
+        {
+            return Err(CoreError::limit("namespaces", NAMESPACES_MAX));
+        }
+        let document = self.policy_document(ns).clone();
+        let of = ManifestOf {
+            namespace: ns,
+            server,
+            actor,
+        };
+        let mut announce = Announce {
+            revision: &mut self.fleet.revision,
+            events,
+        };
+        let imported = self
+            .fleet
+            .tools
+            .import(&of, tools, &document, now, &mut announce)?;
+        self.touch_namespace(ns)?;
+        Ok(Answer::ToolsImported(imported))
     }
 
     fn report_batch(
@@ -543,6 +607,15 @@ impl<L: LedgerStore> StateMachine<L> {
             // Existing breakers only: `with_breaker` cannot fail for them.
             let _ = self.with_breaker(key, events, |b| b.advance(now));
         }
+        // Slow samples leave the window with time alone: clear penalties.
+        let penalized = self.fleet.tools.penalized();
+        let mut announce = Announce {
+            revision: &mut self.fleet.revision,
+            events,
+        };
+        self.fleet
+            .tools
+            .update_penalties(&penalized, now, &mut announce);
         let budget = TICK_TIMERS_MAX.saturating_sub(due.len());
         let ledger = self.ledger.tick(now, budget);
         let timers = u32::try_from(due.len() + ledger).unwrap_or(u32::MAX);

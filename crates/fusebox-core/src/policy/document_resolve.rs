@@ -41,6 +41,19 @@ impl PolicyDocument {
         resolve_tool(&layers)
     }
 
+    /// The effect class some layer (tool, server or defaults) sets for a
+    /// tool, `None` when the document says nothing and a caller may fall
+    /// back to what the tool's manifest hints.
+    pub fn declared_effect(&self, server: &ServerName, tool: &ToolName) -> Option<EffectClass> {
+        let server_overrides = self.servers.get(server);
+        let tool_effect = server_overrides
+            .and_then(|s| s.tools.get(tool))
+            .and_then(|t| t.effect);
+        tool_effect
+            .or_else(|| server_overrides.and_then(|s| s.effect))
+            .or(self.defaults.effect)
+    }
+
     /// The effective policy of a server's own breaker: server over defaults
     /// over built-in defaults (tool sections do not apply).
     pub fn server_breaker(&self, server: &ServerName) -> BreakerPolicy {

@@ -1,4 +1,4 @@
-//! The public gRPC API: `fusebox.v1.Breakers`, `Ledger` and `Policy`.
+//! The public gRPC API: `fusebox.v1.Breakers`, `Ledger`, `Policy` and `Tools`.
 //!
 //! Each service is a thin adapter between the wire and the [`Backend`]: it
 //! validates every request field at the boundary (names, sizes, enums,
@@ -52,6 +52,7 @@ pub mod ledger;
 pub mod operator;
 pub mod policy;
 pub mod status;
+pub mod tools;
 pub mod watch_stream;
 
 pub use breakers::BreakersService;
@@ -59,10 +60,12 @@ pub use forward::Forwarder;
 pub use gateway::Gateway;
 pub use ledger::LedgerService;
 pub use policy::PolicyService;
+pub use tools::ToolsService;
 
 use fusebox_proto::v1::breakers_server::BreakersServer;
 use fusebox_proto::v1::ledger_server::LedgerServer;
 use fusebox_proto::v1::policy_server::PolicyServer;
+use fusebox_proto::v1::tools_server::ToolsServer;
 
 /// Page size used when a list request leaves `limit` at 0.
 pub const LIST_LIMIT_DEFAULT: usize = 100;
@@ -87,7 +90,7 @@ pub const FORWARD_CHANNELS_MAX: usize = 64;
 /// Metadata header marking a request a follower forwarded to the leader.
 pub const FORWARDED_HEADER: &str = "x-fusebox-forwarded";
 
-/// The three public services over one backend, ready for a tonic server.
+/// The public services over one backend, ready for a tonic server.
 pub struct Services<B> {
     /// `fusebox.v1.Breakers`.
     pub breakers: BreakersServer<BreakersService<B>>,
@@ -95,6 +98,8 @@ pub struct Services<B> {
     pub ledger: LedgerServer<LedgerService<B>>,
     /// `fusebox.v1.Policy`.
     pub policy: PolicyServer<PolicyService<B>>,
+    /// `fusebox.v1.Tools`.
+    pub tools: ToolsServer<ToolsService<B>>,
 }
 
 impl<B: crate::backend::Backend> Services<B> {
@@ -108,7 +113,8 @@ impl<B: crate::backend::Backend> Services<B> {
         Services {
             breakers: BreakersServer::new(BreakersService::new(gateway.clone())),
             ledger: LedgerServer::new(LedgerService::new(gateway.clone())),
-            policy: PolicyServer::new(PolicyService::new(gateway)),
+            policy: PolicyServer::new(PolicyService::new(gateway.clone())),
+            tools: ToolsServer::new(ToolsService::new(gateway)),
         }
     }
 }

@@ -235,7 +235,8 @@ fn spawn_grpc(
     let router = router
         .add_service(api.breakers)
         .add_service(api.ledger)
-        .add_service(api.policy);
+        .add_service(api.policy)
+        .add_service(api.tools);
     tokio::spawn(async move {
         health_reporter
             .set_serving::<ClusterServer<ClusterService>>()

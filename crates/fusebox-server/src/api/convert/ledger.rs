@@ -210,7 +210,8 @@ pub fn effect_from_proto(value: i32) -> Result<EffectClass, Status> {
     }
 }
 
-fn effect_to_proto(effect: EffectClass) -> pb::Effect {
+/// An effect class on the wire.
+pub fn effect_to_proto(effect: EffectClass) -> pb::Effect {
     match effect {
         EffectClass::ReadOnly => pb::Effect::ReadOnly,
         EffectClass::ExpensiveRead => pb::Effect::ExpensiveRead,

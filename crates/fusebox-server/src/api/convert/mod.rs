@@ -10,6 +10,7 @@ pub mod breakers;
 pub mod ledger;
 pub mod outcomes;
 pub mod policy;
+pub mod tools;
 pub mod watch;
 
 use super::status;

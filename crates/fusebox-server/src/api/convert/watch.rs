@@ -10,8 +10,9 @@
 
 use super::breakers::view_to_proto;
 use super::policy::{kill_switch_to_proto, version_to_proto};
+use super::tools::{disclosures_in, tool_disclosure};
 use crate::watch::WatchSnapshot;
-use fusebox_core::machine::{SharedStateMachine, WatchEvent};
+use fusebox_core::machine::{SharedStateMachine, ToolId, WatchEvent};
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::watch_event::Event;
@@ -43,6 +44,19 @@ fn event_to_proto(state: &SharedStateMachine, event: &WatchEvent) -> Event {
             writes_blocked,
             ..
         } => Event::KillSwitch(kill_switch(state, namespace, *writes_blocked)),
+        WatchEvent::Tool {
+            namespace,
+            server,
+            tool,
+            ..
+        } => Event::Disclosure(tool_disclosure(
+            state,
+            &ToolId {
+                namespace: namespace.clone(),
+                server: server.clone(),
+                tool: tool.clone(),
+            },
+        )),
     }
 }
 
@@ -97,13 +111,21 @@ pub fn snapshot_to_proto(
             let policy = (first && snapshot.policy_version > 0)
                 .then(|| policy_version(state, ns, snapshot.policy_version));
             let kill_switch = first.then(|| kill_switch(state, ns, snapshot.writes_blocked));
+            // Read at send time, like event details: a disclosure newer than
+            // the snapshot's revision is re-sent by its own event, which
+            // replaces the entry whole, so applying both is harmless.
+            let disclosures = if first {
+                disclosures_in(state, ns)
+            } else {
+                Vec::new()
+            };
             pb::WatchEvent {
                 revision: snapshot.revision,
                 event: Some(Event::Snapshot(pb::WatchSnapshot {
                     breakers,
                     policy,
                     kill_switch,
-                    disclosures: Vec::new(),
+                    disclosures,
                     last_chunk: i == last,
                 })),
             }
