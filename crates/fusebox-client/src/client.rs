@@ -155,6 +155,32 @@ impl Client {
         self.admit_with(tool, &policy)
     }
 
+    /// Whether the cluster flagged `tool` as running well above its
+    /// disclosed p95 (the flag arrives through the watch stream).
+    pub fn is_penalized(&self, tool: &ToolRef) -> bool {
+        self.inner.view.latency(tool).penalized
+    }
+
+    /// Picks, among equivalent tools, the one to call: the lowest p95 (the
+    /// fleet's observed figure, else the disclosed one) among those neither
+    /// penalized nor refused by their breaker; if every one is penalized,
+    /// the fastest one not refused; `None` when every breaker refuses.
+    /// Decided from the local view, with no network call.
+    pub fn route<'a>(&self, equivalents: &'a [ToolRef]) -> Option<&'a ToolRef> {
+        let candidates: Vec<RouteCandidate> = equivalents
+            .iter()
+            .map(|tool| {
+                let latency = self.inner.view.latency(tool);
+                RouteCandidate {
+                    refused: matches!(self.admit(tool).admission, Admission::Reject { .. }),
+                    penalized: latency.penalized,
+                    p95_ms: latency.p95_ms,
+                }
+            })
+            .collect();
+        choose_route(&candidates).map(|i| &equivalents[i])
+    }
+
     pub(crate) fn admit_with(&self, tool: &ToolRef, policy: &ToolPolicy) -> Decision {
         let view = &self.inner.view;
         let now = wall_clock();
@@ -268,5 +294,57 @@ impl Client {
             error_code: None,
             message: "resolve answered without a record".to_owned(),
         })
+    }
+}
+
+/// What routing knows of one equivalent tool.
+#[derive(Clone, Copy, Debug)]
+struct RouteCandidate {
+    refused: bool,
+    penalized: bool,
+    p95_ms: Option<u64>,
+}
+
+/// The index to call: not refused first, then not penalized, then the
+/// lowest p95 (unknown last), then the caller's order.
+fn choose_route(candidates: &[RouteCandidate]) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.refused)
+        .min_by_key(|(i, c)| (c.penalized, c.p95_ms.is_none(), c.p95_ms, *i))
+        .map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::*;
+
+    fn c(refused: bool, penalized: bool, p95_ms: Option<u64>) -> RouteCandidate {
+        RouteCandidate {
+            refused,
+            penalized,
+            p95_ms,
+        }
+    }
+
+    #[test]
+    fn routing_prefers_fast_healthy_tools_and_never_an_open_one() {
+        // The fastest is penalized: the next fastest healthy one wins.
+        let picked = choose_route(&[c(false, true, Some(100)), c(false, false, Some(300))]);
+        assert_eq!(picked, Some(1));
+        // An open breaker is never chosen, however fast.
+        let picked = choose_route(&[c(true, false, Some(10)), c(false, false, Some(900))]);
+        assert_eq!(picked, Some(1));
+        // Known latency beats unknown; ties keep the caller's order.
+        let picked = choose_route(&[c(false, false, None), c(false, false, Some(900))]);
+        assert_eq!(picked, Some(1));
+        let picked = choose_route(&[c(false, false, Some(5)), c(false, false, Some(5))]);
+        assert_eq!(picked, Some(0));
+        // All penalized: the fastest one still answers.
+        let picked = choose_route(&[c(false, true, Some(500)), c(false, true, Some(200))]);
+        assert_eq!(picked, Some(1));
+        // Every breaker refuses: nothing to call.
+        assert_eq!(choose_route(&[c(true, false, Some(1))]), None);
     }
 }

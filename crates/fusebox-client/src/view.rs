@@ -106,7 +106,17 @@ struct Data {
     breakers: usize,
     kill_switch: KillSwitch,
     disclosures: HashMap<(String, String), LatencyDisclosure>,
+    latency: HashMap<(String, String), ToolLatency>,
     pending: Option<PendingSnapshot>,
+}
+
+/// What the fleet knows of a tool's latency, for routing among equivalents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ToolLatency {
+    /// Observed p95 if the fleet has enough samples, else the disclosed one.
+    pub(crate) p95_ms: Option<u64>,
+    /// The cluster flagged its observed p95 as regressed (penalized).
+    pub(crate) penalized: bool,
 }
 
 /// The local view.
@@ -299,6 +309,16 @@ impl LocalView {
         read(&self.imported).get(&key).cloned()
     }
 
+    /// The fleet's latency figures for a tool, if it has any.
+    pub(crate) fn latency(&self, tool: &ToolRef) -> ToolLatency {
+        let key = (tool.server.to_string(), tool.tool.to_string());
+        read(&self.data)
+            .latency
+            .get(&key)
+            .copied()
+            .unwrap_or_default()
+    }
+
     /// Keeps a disclosure read from a tool manifest; `false` when the bound
     /// of kept disclosures is reached.
     pub(crate) fn import_disclosure(&self, tool: &ToolRef, block: LatencyDisclosure) -> bool {
@@ -400,6 +420,7 @@ impl LocalView {
             .map(kill_from_proto)
             .unwrap_or_default();
         data.disclosures.clear();
+        data.latency.clear();
         for d in &snapshot.disclosures {
             set_disclosure(data, d);
         }
@@ -433,6 +454,20 @@ fn kill_from_proto(k: &pb::KillSwitch) -> KillSwitch {
 
 fn set_disclosure(data: &mut Data, d: &pb::ToolDisclosure) {
     let key = (d.server.clone(), d.tool.clone());
+    let p95_ms = d
+        .observed
+        .as_ref()
+        .or(d.disclosed.as_ref())
+        .map(|b| b.p95_ms);
+    if d.disclosed.is_none() && d.observed.is_none() {
+        data.latency.remove(&key);
+    } else if data.latency.len() < DISCLOSURES_MAX || data.latency.contains_key(&key) {
+        let latency = ToolLatency {
+            p95_ms,
+            penalized: d.p95_regressed,
+        };
+        data.latency.insert(key.clone(), latency);
+    }
     match &d.disclosed {
         Some(block)
             if data.disclosures.len() < DISCLOSURES_MAX || data.disclosures.contains_key(&key) =>

@@ -1,0 +1,118 @@
+//! The routing helper moves off a tool the fleet penalized.
+//!
+//! Two equivalent search tools disclose their latency; the faster one is
+//! preferred. Then the fleet reports the fast one running far above its
+//! disclosed p95: the cluster penalizes it, the flag reaches a replica
+//! through its watch stream, and that replica's router moves to the
+//! equivalent, without asking the cluster.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use fusebox_client::ToolRef;
+use fusebox_core::disclosure::format_utc;
+use fusebox_core::Timestamp;
+use fusebox_proto::v1::breakers_client::BreakersClient;
+use fusebox_proto::v1::tools_client::ToolsClient;
+use fusebox_proto::v1::ReportOutcomesRequest;
+use fusebox_proto::v1::{ImportToolsRequest, ManifestTool, Outcome, OutcomeClass};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use support::{channel_to, connected, wait_for, TestCluster, NS};
+
+const SERVER: &str = "search-vendor";
+
+fn block(p50_ms: u64, p95_ms: u64, p99_ms: u64) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let yesterday = now.as_millis() as u64 - 24 * 3600 * 1000;
+    let observed_at = format_utc(Timestamp::from_millis(yesterday));
+    format!(
+        r#"{{"version": "1.0", "observed_at": "{observed_at}",
+            "measurement_window_days": 7, "sample_size": 5000, "region": "us-east-1",
+            "p50_ms": {p50_ms}, "p95_ms": {p95_ms}, "p99_ms": {p99_ms}, "timeout_ms": 30000,
+            "idempotent": true, "retry_safe": true, "streaming": false,
+            "methodology_url": "https://example.com/latency-methodology"}}"#
+    )
+}
+
+fn tool(name: &str, disclosure: String) -> ManifestTool {
+    ManifestTool {
+        tool: name.into(),
+        read_only_hint: Some(true),
+        latency_disclosure_json: Some(disclosure),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_router_moves_off_a_penalized_tool_to_its_equivalent() {
+    tracing::info!("one node; two equivalent tools disclose their latency");
+    let cluster = TestCluster::start(1).await;
+    let import = ImportToolsRequest {
+        namespace: NS.into(),
+        server: SERVER.into(),
+        tools: vec![
+            tool("search_fast", block(80, 200, 400)),
+            tool("search_steady", block(150, 450, 900)),
+        ],
+        actor: "test".into(),
+        ..Default::default()
+    };
+    ToolsClient::new(channel_to(&cluster.addrs[0]))
+        .import(import)
+        .await
+        .expect("import");
+
+    let client = connected(cluster.config("replica-router", &[0])).await;
+    let fast = ToolRef::new(SERVER, "search_fast").unwrap();
+    let steady = ToolRef::new(SERVER, "search_steady").unwrap();
+    let equivalents = [fast.clone(), steady.clone()];
+    wait_for("the fast tool preferred", Duration::from_secs(10), || {
+        let picked = client.route(&equivalents).cloned();
+        let want = fast.clone();
+        async move { (picked == Some(want)).then_some(()) }
+    })
+    .await;
+
+    tracing::info!("the fleet sees search_fast run at 5x its disclosed p95");
+    let outcome = Outcome {
+        server: SERVER.into(),
+        tool: "search_fast".into(),
+        class: OutcomeClass::Success as i32,
+        duration_ms: 1_000,
+        ..Default::default()
+    };
+    for seq in 0..3u64 {
+        let request = ReportOutcomesRequest {
+            namespace: NS.into(),
+            replica_id: format!("reporter-{seq}"),
+            batch_seq: seq,
+            outcomes: vec![outcome.clone(); 60],
+            ..Default::default()
+        };
+        BreakersClient::new(channel_to(&cluster.addrs[0]))
+            .report_outcomes(request)
+            .await
+            .expect("report");
+    }
+
+    tracing::info!("the penalty reaches the replica, and the router moves");
+    wait_for(
+        "the penalty on the replica",
+        Duration::from_secs(15),
+        || {
+            let penalized = client.is_penalized(&fast);
+            async move { penalized.then_some(()) }
+        },
+    )
+    .await;
+    assert!(!client.is_penalized(&steady));
+    wait_for("the router to move", Duration::from_secs(15), || {
+        let picked = client.route(&equivalents).cloned();
+        let want = steady.clone();
+        async move { (picked == Some(want)).then_some(()) }
+    })
+    .await;
+    client.close().await;
+    cluster.shutdown().await;
+}
