@@ -121,7 +121,10 @@ impl Client {
                 other => return Err(self.stopped(tool, &other, elapsed)),
             };
             let wait = self.backoff(&policy, attempt);
-            if !retry::may_retry(&policy, failure.class, attempt, wait, journey.available()) {
+            let allowed =
+                retry::may_retry(&policy, failure.class, attempt, wait, journey.available())
+                    && self.disclosure_allows_retry(tool, failure.class);
+            if !allowed {
                 return Err(ClientError::ToolFailed {
                     tool: tool.tool().to_owned(),
                     class: failure.class,
@@ -168,6 +171,27 @@ impl Client {
             tool: tool.tool().to_owned(),
             reason: self.inner.view.kill_switch().reason,
         })
+    }
+
+    /// The deadline a call on `tool` gets before any journey caps it: p99 ×
+    /// 1.2 from a fresh, valid disclosure, else the policy's `timeout_ms`.
+    pub fn tool_deadline(&self, tool: &ToolRef) -> Duration {
+        let policy = self.inner.view.tool_policy(tool);
+        self.tool_timeout(tool, &policy)
+    }
+
+    /// What the tool's own fresh, valid disclosure says of retrying after
+    /// `class` (seed 002: retry budget only when `retry_safe`; a
+    /// non-idempotent tool only on a transport failure, which never reached
+    /// it). Without a usable disclosure the policy alone decides.
+    pub(crate) fn disclosure_allows_retry(&self, tool: &ToolRef, class: OutcomeClass) -> bool {
+        let Some(block) = self.inner.view.disclosure(tool) else {
+            return true;
+        };
+        if !assess(&block, wall_clock()).is_usable() {
+            return true;
+        }
+        retry::disclosed_retry(block.retry_safe, block.idempotent, class)
     }
 
     /// The tool's own deadline: p99 × 1.2 from a fresh, valid, binding

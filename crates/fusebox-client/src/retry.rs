@@ -43,6 +43,13 @@ pub(crate) fn may_retry(
         && wait < available
 }
 
+/// Whether a tool's disclosed flags allow a retry after `class`: never
+/// unless `retry_safe`; for a tool that is not `idempotent`, only after a
+/// transport failure (the request never reached it).
+pub(crate) fn disclosed_retry(retry_safe: bool, idempotent: bool, class: OutcomeClass) -> bool {
+    retry_safe && (idempotent || class == OutcomeClass::Transport)
+}
+
 /// The policy's `retry_on` may list any class; the gate still refuses to
 /// retry an answer that says the caller is at fault or gave up, or a
 /// success.
@@ -63,6 +70,14 @@ mod tests {
 
     fn read_only() -> ToolPolicy {
         ToolPolicy::default()
+    }
+
+    #[test]
+    fn disclosed_flags_govern_retries() {
+        assert!(disclosed_retry(true, true, OutcomeClass::ServerError));
+        assert!(!disclosed_retry(false, true, OutcomeClass::Transport));
+        assert!(disclosed_retry(true, false, OutcomeClass::Transport));
+        assert!(!disclosed_retry(true, false, OutcomeClass::ServerError));
     }
 
     #[test]

@@ -10,19 +10,26 @@
 
 mod support;
 
-use fusebox_client::ToolRef;
+use fusebox_client::{Journey, ToolFailure, ToolRef};
 use fusebox_core::disclosure::format_utc;
+use fusebox_core::OutcomeClass as CoreClass;
 use fusebox_core::Timestamp;
 use fusebox_proto::v1::breakers_client::BreakersClient;
 use fusebox_proto::v1::tools_client::ToolsClient;
 use fusebox_proto::v1::ReportOutcomesRequest;
 use fusebox_proto::v1::{ImportToolsRequest, ManifestTool, Outcome, OutcomeClass};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use support::{channel_to, connected, wait_for, TestCluster, NS};
 
 const SERVER: &str = "search-vendor";
 
 fn block(p50_ms: u64, p95_ms: u64, p99_ms: u64) -> String {
+    block_with(p50_ms, p95_ms, p99_ms, true, true)
+}
+
+fn block_with(p50_ms: u64, p95_ms: u64, p99_ms: u64, idempotent: bool, retry_safe: bool) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let yesterday = now.as_millis() as u64 - 24 * 3600 * 1000;
     let observed_at = format_utc(Timestamp::from_millis(yesterday));
@@ -30,7 +37,7 @@ fn block(p50_ms: u64, p95_ms: u64, p99_ms: u64) -> String {
         r#"{{"version": "1.0", "observed_at": "{observed_at}",
             "measurement_window_days": 7, "sample_size": 5000, "region": "us-east-1",
             "p50_ms": {p50_ms}, "p95_ms": {p95_ms}, "p99_ms": {p99_ms}, "timeout_ms": 30000,
-            "idempotent": true, "retry_safe": true, "streaming": false,
+            "idempotent": {idempotent}, "retry_safe": {retry_safe}, "streaming": false,
             "methodology_url": "https://example.com/latency-methodology"}}"#
     )
 }
@@ -113,6 +120,88 @@ async fn the_router_moves_off_a_penalized_tool_to_its_equivalent() {
         async move { (picked == Some(want)).then_some(()) }
     })
     .await;
+    client.close().await;
+    cluster.shutdown().await;
+}
+
+const RETRY_POLICY: &str = r#"
+[defaults]
+timeout_ms = 10000
+
+[defaults.breaker]
+consecutive_failures = 1000
+
+[defaults.retry]
+max_attempts = 3
+backoff_initial_ms = 10
+backoff_max_ms = 40
+"#;
+
+/// Attempts `call` makes on `tool` when every attempt fails with `class`.
+async fn attempts(client: &fusebox_client::Client, tool: &ToolRef, class: CoreClass) -> u32 {
+    let journey = Journey::new(
+        "turn-retry",
+        Duration::from_secs(20),
+        Duration::from_secs(1),
+    );
+    let tries = Arc::new(AtomicU32::new(0));
+    let t = tries.clone();
+    let result = client
+        .call(&journey, tool, |_| {
+            let t = t.clone();
+            async move {
+                t.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(ToolFailure::new(class, "failed"))
+            }
+        })
+        .await;
+    assert!(result.is_err());
+    tries.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn disclosed_retry_safe_and_idempotent_govern_retries() {
+    tracing::info!("the policy would retry every read three times");
+    let cluster = TestCluster::start(1).await;
+    let version = cluster.operator(0).apply_policy(RETRY_POLICY).await;
+    let import = ImportToolsRequest {
+        namespace: NS.into(),
+        server: SERVER.into(),
+        tools: vec![
+            tool("search_safe", block_with(80, 200, 400, true, true)),
+            tool("search_unsafe", block_with(80, 200, 400, true, false)),
+            tool("search_once", block_with(80, 200, 400, false, true)),
+        ],
+        actor: "test".into(),
+        ..Default::default()
+    };
+    ToolsClient::new(channel_to(&cluster.addrs[0]))
+        .import(import)
+        .await
+        .expect("import");
+    let client = connected(cluster.config("replica-retry", &[0])).await;
+    let safe = ToolRef::new(SERVER, "search_safe").unwrap();
+    let unsafe_ = ToolRef::new(SERVER, "search_unsafe").unwrap();
+    let once = ToolRef::new(SERVER, "search_once").unwrap();
+    wait_for(
+        "policy and disclosures on the replica",
+        Duration::from_secs(10),
+        || {
+            let ready = client.view_status().policy_version == Some(version)
+                && client.route(std::slice::from_ref(&once)).is_some()
+                && client.tool_deadline(&once) == Duration::from_millis(480);
+            async move { ready.then_some(()) }
+        },
+    )
+    .await;
+
+    tracing::info!("retry_safe: the policy's three attempts");
+    assert_eq!(attempts(&client, &safe, CoreClass::Transport).await, 3);
+    tracing::info!("not retry_safe: one attempt, whatever the policy says");
+    assert_eq!(attempts(&client, &unsafe_, CoreClass::Transport).await, 1);
+    tracing::info!("retry_safe but not idempotent: transport failures only");
+    assert_eq!(attempts(&client, &once, CoreClass::Transport).await, 3);
+    assert_eq!(attempts(&client, &once, CoreClass::ServerError).await, 1);
     client.close().await;
     cluster.shutdown().await;
 }
