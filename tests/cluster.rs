@@ -8,34 +8,19 @@
 mod support;
 
 use fusebox_proto::v1::begin_response::Outcome;
-use fusebox_proto::v1::{BeginRequest, Effect, LookupRequest};
+use fusebox_proto::v1::LookupRequest;
 use std::time::Duration;
+use support::ledger::begin_request;
 use support::TestCluster;
 
 const NS: &str = "agents";
-
-fn begin(key: &str, attempt: &str) -> BeginRequest {
-    BeginRequest {
-        namespace: NS.into(),
-        key: key.into(),
-        fingerprint: b"fp".to_vec(),
-        intent_id: format!("intent-{key}"),
-        server: "deployments".into(),
-        tool: "restart_deployment_job".into(),
-        target: "job-42".into(),
-        effect: Effect::NonIdempotentWrite as i32,
-        attempt_id: attempt.into(),
-        lease_ms: 600_000,
-        ..Default::default()
-    }
-}
 
 /// Begins `key` through node `via`, retrying the same attempt while the
 /// cluster elects; returns whether the answer was `started`.
 async fn begin_acknowledged(cluster: &TestCluster, via: u64, key: &str) -> bool {
     for _ in 0..50 {
         let mut client = cluster.ledger(via).await;
-        let call = client.begin(begin(key, "attempt-1"));
+        let call = client.begin(begin_request(key, "attempt-1"));
         if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(5), call).await {
             return matches!(reply.into_inner().outcome, Some(Outcome::Started(_)));
         }
@@ -72,7 +57,7 @@ async fn assert_all_present_and_never_restarted(cluster: &TestCluster, via: u64,
             .record;
         assert!(record.is_some(), "acknowledged key {key} lost");
         let again = client
-            .begin(begin(key, "attempt-2"))
+            .begin(begin_request(key, "attempt-2"))
             .await
             .expect("begin")
             .into_inner();

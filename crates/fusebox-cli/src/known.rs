@@ -130,15 +130,8 @@ pub fn key_text(key: &pb::BreakerKey) -> String {
     text
 }
 
-/// A core key on the wire.
-pub fn key_to_proto(key: &BreakerKey) -> pb::BreakerKey {
-    pb::BreakerKey {
-        namespace: key.namespace.to_string(),
-        server: key.server.to_string(),
-        tool: key.tool.as_ref().map(ToString::to_string),
-        backend: key.backend.as_ref().map(ToString::to_string),
-    }
-}
+/// A core key on the wire: the server's own conversion.
+pub use fusebox_server::api::convert::breakers::key_to_proto;
 
 /// Whether the cluster tracks `key` (lists it among its server's breakers).
 async fn tracked(s: &Session, key: &BreakerKey) -> anyhow::Result<bool> {

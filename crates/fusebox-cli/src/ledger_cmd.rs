@@ -8,7 +8,7 @@
 
 use crate::client::{ClientArgs, Session};
 use crate::failure::rpc;
-use crate::table::{or_dash, print_fields, Table};
+use crate::table::{effect_name, or_dash, print_fields, Table};
 use crate::time_text::{instant, instant_from, now_ms};
 use clap::{Args, Subcommand, ValueEnum};
 use fusebox_core::limits::LIST_LIMIT_MAX;
@@ -136,16 +136,6 @@ fn decision_name(decision: i32) -> &'static str {
         Ok(pb::ResolutionDecision::NotDone) => "not_done",
         Ok(pb::ResolutionDecision::Abandoned) => "abandoned",
         _ => "unknown",
-    }
-}
-
-fn effect_name(effect: i32) -> &'static str {
-    match pb::Effect::try_from(effect) {
-        Ok(pb::Effect::ReadOnly) => "read_only",
-        Ok(pb::Effect::ExpensiveRead) => "expensive_read",
-        Ok(pb::Effect::IdempotentWrite) => "idempotent_write",
-        Ok(pb::Effect::NonIdempotentWrite) => "non_idempotent_write",
-        _ => "unspecified",
     }
 }
 

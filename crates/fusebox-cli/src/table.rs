@@ -5,6 +5,8 @@
 //! no trailing blanks. Everything is rendered to a `String` first, which
 //! keeps the layout testable without a terminal.
 
+use fusebox_proto::v1 as pb;
+
 /// A table with a header row.
 pub struct Table {
     headers: Vec<&'static str>,
@@ -89,6 +91,17 @@ pub fn print_fields(fields: &[(&str, String)]) {
 /// A cell for an optional value: the value, or `-`.
 pub fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// An effect class as operators read it (`unspecified` when unset).
+pub fn effect_name(effect: i32) -> &'static str {
+    match pb::Effect::try_from(effect) {
+        Ok(pb::Effect::ReadOnly) => "read_only",
+        Ok(pb::Effect::ExpensiveRead) => "expensive_read",
+        Ok(pb::Effect::IdempotentWrite) => "idempotent_write",
+        Ok(pb::Effect::NonIdempotentWrite) => "non_idempotent_write",
+        _ => "unspecified",
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 use crate::client::{ClientArgs, Session};
 use crate::failure::{rpc, Failure};
 use crate::manifest::read_manifest;
-use crate::table::{or_dash, Table};
+use crate::table::{effect_name, or_dash, Table};
 use clap::{Args, Subcommand};
 use fusebox_proto::v1 as pb;
 use serde_json::{json, Value};
@@ -124,16 +124,6 @@ fn verdict_name(verdict: i32) -> &'static str {
         Ok(pb::DisclosureVerdict::Stale) => "stale (treated as missing)",
         Ok(pb::DisclosureVerdict::Missing) => "missing",
         _ => "unknown",
-    }
-}
-
-fn effect_name(effect: i32) -> &'static str {
-    match pb::Effect::try_from(effect) {
-        Ok(pb::Effect::ReadOnly) => "read_only",
-        Ok(pb::Effect::ExpensiveRead) => "expensive_read",
-        Ok(pb::Effect::IdempotentWrite) => "idempotent_write",
-        Ok(pb::Effect::NonIdempotentWrite) => "non_idempotent_write",
-        _ => "-",
     }
 }
 

@@ -14,7 +14,7 @@ use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
 use fusebox_core::limits::REASON_BYTES_MAX;
-use fusebox_core::machine::{Answer, Command, SharedStateMachine};
+use fusebox_core::machine::{Answer, Applied, Command, SharedStateMachine};
 use fusebox_core::policy::PolicyDocument;
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
@@ -52,6 +52,14 @@ impl<B: Backend> PolicyService<B> {
                 }
             })
             .await
+    }
+
+    /// The version an apply or a rollback stored, on the wire.
+    async fn stored(&self, ns: &Namespace, applied: &Applied) -> Result<pb::PolicyVersion, Status> {
+        let Answer::PolicyApplied { version } = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        self.version(ns, Some(*version)).await
     }
 
     /// A stored version on the wire, or NOT_FOUND saying which is missing.
@@ -149,12 +157,8 @@ impl<B: Backend> Policy for PolicyService<B> {
             self.gateway.write(command).await?,
             PolicyClient::apply
         );
-        let Answer::PolicyApplied { version } = &applied.answer else {
-            return Err(unexpected(&applied.answer));
-        };
-        let version = *version;
         Ok(Response::new(pb::ApplyPolicyResponse {
-            policy: Some(self.version(&ns, Some(version)).await?),
+            policy: Some(self.stored(&ns, &applied).await?),
             unchanged: false,
             warnings: Vec::new(),
         }))
@@ -219,12 +223,8 @@ impl<B: Backend> Policy for PolicyService<B> {
             self.gateway.write(command).await?,
             PolicyClient::rollback
         );
-        let Answer::PolicyApplied { version } = &applied.answer else {
-            return Err(unexpected(&applied.answer));
-        };
-        let version = *version;
         Ok(Response::new(pb::RollbackPolicyResponse {
-            policy: Some(self.version(&ns, Some(version)).await?),
+            policy: Some(self.stored(&ns, &applied).await?),
         }))
     }
 
