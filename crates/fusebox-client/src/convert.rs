@@ -118,6 +118,17 @@ pub(crate) fn effect_to_proto(effect: EffectClass) -> pb::Effect {
     }
 }
 
+/// A hinted effect class from the wire; unspecified (or unknown) is none.
+pub(crate) fn hinted_effect_from_proto(value: i32) -> Option<EffectClass> {
+    match pb::Effect::try_from(value).ok()? {
+        pb::Effect::Unspecified => None,
+        pb::Effect::ReadOnly => Some(EffectClass::ReadOnly),
+        pb::Effect::ExpensiveRead => Some(EffectClass::ExpensiveRead),
+        pb::Effect::IdempotentWrite => Some(EffectClass::IdempotentWrite),
+        pb::Effect::NonIdempotentWrite => Some(EffectClass::NonIdempotentWrite),
+    }
+}
+
 /// A policy version's document, parsed as the server validated it.
 pub(crate) fn policy_from_proto(version: &pb::PolicyVersion) -> Option<PolicyDocument> {
     let format = match pb::PolicyFormat::try_from(version.format).ok()? {

@@ -18,7 +18,7 @@ use fusebox_core::breaker::BreakerKey;
 use fusebox_core::breaker::{admit, Admission, BreakerState, BreakerView};
 use fusebox_core::disclosure::LatencyDisclosure;
 use fusebox_core::limits::BREAKERS_PER_NAMESPACE_MAX;
-use fusebox_core::policy::{BreakerPolicy, PolicyDocument, Scope, ToolPolicy};
+use fusebox_core::policy::{BreakerPolicy, EffectClass, PolicyDocument, Scope, ToolPolicy};
 use fusebox_core::{Namespace, ServerName, Timestamp};
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::watch_event::Event;
@@ -89,6 +89,9 @@ struct Policies {
     version: Option<u64>,
     document: Arc<PolicyDocument>,
     tools: HashMap<(String, String), Arc<ToolPolicy>>,
+    /// Bumped whenever a tool's hinted effect changes, so a policy resolved
+    /// with the old hint is not cached.
+    hints_epoch: u64,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +110,9 @@ struct Data {
     kill_switch: KillSwitch,
     disclosures: HashMap<(String, String), LatencyDisclosure>,
     latency: HashMap<(String, String), ToolLatency>,
+    /// The effect class each imported tool's MCP hints imply, used where the
+    /// policy declares none.
+    hinted: HashMap<(String, String), EffectClass>,
     pending: Option<PendingSnapshot>,
 }
 
@@ -170,6 +176,7 @@ impl LocalView {
                 version: None,
                 document: Arc::new(PolicyDocument::default()),
                 tools: HashMap::new(),
+                hints_epoch: 0,
             }),
             imported: RwLock::new(HashMap::new()),
             closed,
@@ -275,20 +282,27 @@ impl LocalView {
         }
     }
 
-    /// The effective policy of a tool, resolved once per policy version.
+    /// The effective policy of a tool, resolved once per policy version:
+    /// where the policy declares no effect, the one the tool's MCP hints
+    /// imply (if it was imported).
     pub(crate) fn tool_policy(&self, tool: &ToolRef) -> Arc<ToolPolicy> {
-        let (version, document) = {
+        let key = (tool.server().to_owned(), tool.tool().to_owned());
+        let (version, epoch, document) = {
             let policies = read(&self.policies);
-            let key = (tool.server().to_owned(), tool.tool().to_owned());
             if let Some(p) = policies.tools.get(&key) {
                 return p.clone();
             }
-            (policies.version, policies.document.clone())
+            (
+                policies.version,
+                policies.hints_epoch,
+                policies.document.clone(),
+            )
         };
-        let resolved = Arc::new(document.tool_policy(&tool.server, &tool.tool));
+        let hinted = read(&self.data).hinted.get(&key).copied();
+        let resolved = Arc::new(document.tool_policy_hinted(&tool.server, &tool.tool, hinted));
         let mut policies = write(&self.policies);
-        if policies.version == version && policies.tools.len() < TOOL_POLICIES_CACHED_MAX {
-            let key = (tool.server().to_owned(), tool.tool().to_owned());
+        let current = policies.version == version && policies.hints_epoch == epoch;
+        if current && policies.tools.len() < TOOL_POLICIES_CACHED_MAX {
             policies.tools.insert(key, resolved.clone());
         }
         resolved
@@ -363,7 +377,11 @@ impl LocalView {
             }
             Event::Policy(version) => self.set_policy(Some(&version)),
             Event::KillSwitch(k) => data.kill_switch = kill_from_proto(&k),
-            Event::Disclosure(d) => set_disclosure(&mut data, &d),
+            Event::Disclosure(d) => {
+                if set_disclosure(&mut data, &d) {
+                    forget_resolved(&mut write(&self.policies));
+                }
+            }
             Event::ResyncRequired(_) | Event::Heartbeat(_) => {}
         }
         data.revision = Some(
@@ -421,9 +439,11 @@ impl LocalView {
             .unwrap_or_default();
         data.disclosures.clear();
         data.latency.clear();
+        data.hinted.clear();
         for d in &snapshot.disclosures {
             set_disclosure(data, d);
         }
+        forget_resolved(&mut write(&self.policies));
         self.set_policy(snapshot.policy.as_ref());
     }
 
@@ -452,8 +472,28 @@ fn kill_from_proto(k: &pb::KillSwitch) -> KillSwitch {
     }
 }
 
-fn set_disclosure(data: &mut Data, d: &pb::ToolDisclosure) {
+/// Drops every cached tool policy because a hinted effect changed.
+fn forget_resolved(policies: &mut Policies) {
+    policies.tools.clear();
+    policies.hints_epoch += 1;
+}
+
+/// Takes in one tool's disclosure entry; `true` when its hinted effect
+/// changed, so resolved tool policies are stale.
+fn set_disclosure(data: &mut Data, d: &pb::ToolDisclosure) -> bool {
     let key = (d.server.clone(), d.tool.clone());
+    let hinted = convert::hinted_effect_from_proto(d.hinted_effect);
+    let before = data.hinted.get(&key).copied();
+    let hint_changed = before != hinted;
+    match hinted {
+        Some(effect) if data.hinted.len() < DISCLOSURES_MAX || before.is_some() => {
+            data.hinted.insert(key.clone(), effect);
+        }
+        Some(_) => {}
+        None => {
+            data.hinted.remove(&key);
+        }
+    }
     let p95_ms = d
         .observed
         .as_ref()
@@ -480,6 +520,7 @@ fn set_disclosure(data: &mut Data, d: &pb::ToolDisclosure) {
             data.disclosures.remove(&key);
         }
     }
+    hint_changed
 }
 
 fn upsert(data: &mut Data, view: BreakerView, ordered: bool) {

@@ -1,10 +1,12 @@
-//! The routing helper moves off a tool the fleet penalized.
+//! The routing helper moves off a tool the fleet penalized, and back.
 //!
 //! Two equivalent search tools disclose their latency; the faster one is
-//! preferred. Then the fleet reports the fast one running far above its
-//! disclosed p95: the cluster penalizes it, the flag reaches a replica
-//! through its watch stream, and that replica's router moves to the
-//! equivalent, without asking the cluster.
+//! preferred. Then the fast one turns slow for three replicas calling it
+//! through the SDK: the cluster penalizes it from their reports, the flag
+//! reaches every replica through its watch stream, and each router moves to
+//! the equivalent without asking the cluster. Once the tool is fast again
+//! and the policy's observation window has passed, the penalty clears and
+//! the routers move back.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,16 +14,15 @@ mod support;
 
 use fusebox_client::{Journey, ToolFailure, ToolRef};
 use fusebox_core::disclosure::format_utc;
+use fusebox_core::policy::{EffectClass, PolicyDocument};
 use fusebox_core::OutcomeClass as CoreClass;
-use fusebox_core::Timestamp;
-use fusebox_proto::v1::breakers_client::BreakersClient;
+use fusebox_core::{ServerName, Timestamp, ToolName};
 use fusebox_proto::v1::tools_client::ToolsClient;
-use fusebox_proto::v1::ReportOutcomesRequest;
-use fusebox_proto::v1::{ImportToolsRequest, ManifestTool, Outcome, OutcomeClass};
+use fusebox_proto::v1::{ImportToolsRequest, ManifestTool};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use support::{channel_to, connected, wait_for, TestCluster, NS};
+use support::{channel_to, connected, settled, wait_for, TestCluster, NS};
 
 const SERVER: &str = "search-vendor";
 
@@ -51,76 +52,128 @@ fn tool(name: &str, disclosure: String) -> ManifestTool {
     }
 }
 
+/// Five-second observation window (the shortest a policy may set), so the
+/// penalty's clearing is seen within the test.
+const WINDOW_POLICY: &str = "[latency]\nwindow_ms = 5000\n";
+
+/// Every replica calls `tool` `calls_each` times at once through the SDK, the
+/// scripted tool taking `latency` per call; each outcome (with its measured
+/// duration) is reported by the SDK as usual.
+async fn fleet_calls(
+    replicas: &[fusebox_client::Client],
+    tool: &ToolRef,
+    calls_each: usize,
+    latency: Duration,
+) {
+    let mut calls = tokio::task::JoinSet::new();
+    for (r, client) in replicas.iter().enumerate() {
+        for i in 0..calls_each {
+            let (client, tool) = (client.clone(), tool.clone());
+            calls.spawn(async move {
+                let journey = Journey::new(
+                    format!("turn-{r}-{i}"),
+                    Duration::from_secs(20),
+                    Duration::from_secs(1),
+                );
+                client
+                    .call(&journey, &tool, |_| async move {
+                        tokio::time::sleep(latency).await;
+                        Ok::<_, ToolFailure>(())
+                    })
+                    .await
+                    .expect("the tool answers within its deadline");
+            });
+        }
+    }
+    while let Some(done) = calls.join_next().await {
+        done.expect("call task");
+    }
+}
+
+async fn wait_route(
+    what: &str,
+    client: &fusebox_client::Client,
+    equivalents: &[ToolRef],
+    want: &ToolRef,
+) {
+    wait_for(what, Duration::from_secs(20), || {
+        let picked = client.route(equivalents).cloned();
+        let want = want.clone();
+        async move { (picked == Some(want)).then_some(()) }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_router_moves_off_a_penalized_tool_to_its_equivalent() {
-    tracing::info!("one node; two equivalent tools disclose their latency");
-    let cluster = TestCluster::start(1).await;
+async fn a_slow_tool_is_penalized_across_replicas_and_cleared_after_the_window() {
+    tracing::info!("three nodes, a 5 s window; two equivalent tools disclose their latency");
+    let cluster = TestCluster::start(3).await;
+    cluster.operator(0).apply_policy(WINDOW_POLICY).await;
     let import = ImportToolsRequest {
         namespace: NS.into(),
         server: SERVER.into(),
         tools: vec![
-            tool("search_fast", block(80, 200, 400)),
-            tool("search_steady", block(150, 450, 900)),
+            // Deadline p99 x 1.2 = 1.2 s: the slow calls below stay within it.
+            tool("search_fast", block(80, 200, 1_000)),
+            tool("search_steady", block(150, 450, 1_000)),
         ],
         actor: "test".into(),
         ..Default::default()
     };
-    ToolsClient::new(channel_to(&cluster.addrs[0]))
-        .import(import)
-        .await
-        .expect("import");
+    let channel = channel_to(&cluster.addrs[1]);
+    settled(|| {
+        let (mut tools, import) = (ToolsClient::new(channel.clone()), import.clone());
+        async move { tools.import(import).await }
+    })
+    .await;
 
-    let client = connected(cluster.config("replica-router", &[0])).await;
+    let replicas = [
+        connected(cluster.config("replica-a", &[0])).await,
+        connected(cluster.config("replica-b", &[1])).await,
+        connected(cluster.config("replica-c", &[2])).await,
+    ];
     let fast = ToolRef::new(SERVER, "search_fast").unwrap();
     let steady = ToolRef::new(SERVER, "search_steady").unwrap();
     let equivalents = [fast.clone(), steady.clone()];
-    wait_for("the fast tool preferred", Duration::from_secs(10), || {
-        let picked = client.route(&equivalents).cloned();
-        let want = fast.clone();
-        async move { (picked == Some(want)).then_some(()) }
-    })
-    .await;
-
-    tracing::info!("the fleet sees search_fast run at 5x its disclosed p95");
-    let outcome = Outcome {
-        server: SERVER.into(),
-        tool: "search_fast".into(),
-        class: OutcomeClass::Success as i32,
-        duration_ms: 1_000,
-        ..Default::default()
-    };
-    for seq in 0..3u64 {
-        let request = ReportOutcomesRequest {
-            namespace: NS.into(),
-            replica_id: format!("reporter-{seq}"),
-            batch_seq: seq,
-            outcomes: vec![outcome.clone(); 60],
-            ..Default::default()
-        };
-        BreakersClient::new(channel_to(&cluster.addrs[0]))
-            .report_outcomes(request)
-            .await
-            .expect("report");
+    for client in &replicas {
+        wait_route("the fast tool preferred", client, &equivalents, &fast).await;
     }
 
-    tracing::info!("the penalty reaches the replica, and the router moves");
-    wait_for(
-        "the penalty on the replica",
-        Duration::from_secs(15),
-        || {
-            let penalized = client.is_penalized(&fast);
-            async move { penalized.then_some(()) }
-        },
-    )
-    .await;
-    assert!(!client.is_penalized(&steady));
-    wait_for("the router to move", Duration::from_secs(15), || {
-        let picked = client.route(&equivalents).cloned();
-        let want = steady.clone();
-        async move { (picked == Some(want)).then_some(()) }
-    })
-    .await;
-    client.close().await;
+    tracing::info!("search_fast turns slow: 500 ms a call, its disclosed p95 is 200 ms");
+    // A report batch no node takes within its deadline is dropped by design,
+    // so the fleet keeps calling (a round every second, well inside the
+    // window) until the penalty is in force, for at most eight rounds.
+    for _ in 0..8 {
+        fleet_calls(&replicas, &fast, 40, Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if replicas.iter().all(|c| c.is_penalized(&fast)) {
+            break;
+        }
+    }
+    tracing::info!("the penalty reaches every replica, and every router moves");
+    for client in &replicas {
+        wait_route("the router to move off", client, &equivalents, &steady).await;
+        assert!(client.is_penalized(&fast));
+        assert!(!client.is_penalized(&steady));
+    }
+
+    tracing::info!("search_fast is fast again; once the window passes the penalty clears");
+    let fast_again = async {
+        for _ in 0..8 {
+            fleet_calls(&replicas, &fast, 5, Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let cleared = async {
+        for client in &replicas {
+            wait_route("the router to move back", client, &equivalents, &fast).await;
+            assert!(!client.is_penalized(&fast));
+        }
+    };
+    tokio::join!(fast_again, cleared);
+    for client in replicas {
+        client.close().await;
+    }
     cluster.shutdown().await;
 }
 
@@ -202,6 +255,81 @@ async fn disclosed_retry_safe_and_idempotent_govern_retries() {
     tracing::info!("retry_safe but not idempotent: transport failures only");
     assert_eq!(attempts(&client, &once, CoreClass::Transport).await, 3);
     assert_eq!(attempts(&client, &once, CoreClass::ServerError).await, 1);
+    client.close().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hinted_effects_apply_where_the_policy_is_silent() {
+    tracing::info!("a manifest hints one read-only and one destructive tool");
+    let cluster = TestCluster::start(1).await;
+    let hinted = |name: &str, read_only: bool| ManifestTool {
+        tool: name.into(),
+        read_only_hint: Some(read_only),
+        destructive_hint: Some(!read_only),
+        idempotent_hint: Some(false),
+        ..Default::default()
+    };
+    let import = ImportToolsRequest {
+        namespace: NS.into(),
+        server: SERVER.into(),
+        tools: vec![hinted("lookup", true), hinted("purge", false)],
+        actor: "test".into(),
+        ..Default::default()
+    };
+    let channel = channel_to(&cluster.addrs[0]);
+    settled(|| {
+        let (mut tools, import) = (ToolsClient::new(channel.clone()), import.clone());
+        async move { tools.import(import).await }
+    })
+    .await;
+    let client = connected(cluster.config("replica-hints", &[0])).await;
+    let lookup = ToolRef::new(SERVER, "lookup").unwrap();
+    let purge = ToolRef::new(SERVER, "purge").unwrap();
+    let unlisted = ToolRef::new(SERVER, "unlisted").unwrap();
+    wait_for("the hints on the replica", Duration::from_secs(10), || {
+        let effect = client.tool_policy(&lookup).effect;
+        async move { (effect == EffectClass::ReadOnly).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        client.tool_policy(&purge).effect,
+        EffectClass::NonIdempotentWrite
+    );
+    let cautious = PolicyDocument::default()
+        .tool_policy(
+            &ServerName::new(SERVER).unwrap(),
+            &ToolName::new("unlisted").unwrap(),
+        )
+        .effect;
+    assert_eq!(client.tool_policy(&unlisted).effect, cautious);
+
+    tracing::info!("with writes blocked, the read-only hinted tool still runs");
+    cluster.operator(0).kill_switch(true, "incident").await;
+    wait_for(
+        "the kill switch on the replica",
+        Duration::from_secs(10),
+        || {
+            let blocked = client.view_status().writes_blocked;
+            async move { blocked.then_some(()) }
+        },
+    )
+    .await;
+    let journey = Journey::new("turn-hints", Duration::from_secs(10), Duration::ZERO);
+    let read = client
+        .call(&journey, &lookup, |_| async { Ok::<_, ToolFailure>(7) })
+        .await;
+    assert!(read.is_ok(), "{read:?}");
+
+    tracing::info!("an effect the policy declares wins over the hints");
+    let declared = format!("[servers.{SERVER}.tools.lookup]\neffect = \"expensive_read\"\n");
+    let version = cluster.operator(0).apply_policy(&declared).await;
+    wait_for("the declared effect", Duration::from_secs(10), || {
+        let ready = client.view_status().policy_version == Some(version)
+            && client.tool_policy(&lookup).effect == EffectClass::ExpensiveRead;
+        async move { ready.then_some(()) }
+    })
+    .await;
     client.close().await;
     cluster.shutdown().await;
 }

@@ -53,7 +53,8 @@ pub const DISCLOSURE_BLOCK_BYTES_MAX: usize = 16 * 1024;
 /// Most tools whose observed latency the cluster keeps, fleet-wide; outcomes
 /// of further tools still count for breakers, not for latency.
 pub const OBSERVED_TOOLS_MAX: usize = 2_048;
-/// Width of the rolling window of observed latency, in milliseconds (10 min).
-pub const OBSERVED_WINDOW_MS: u64 = 10 * 60 * 1000;
+/// Default width of the rolling window of observed latency, in milliseconds
+/// (10 min); a namespace's policy may set another (`latency.window_ms`).
+pub const OBSERVED_WINDOW_MS_DEFAULT: u64 = 10 * 60 * 1000;
 /// Buckets the observed window is split into: samples expire a minute at a time.
 pub const OBSERVED_WINDOW_BUCKETS: usize = 10;

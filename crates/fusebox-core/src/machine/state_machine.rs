@@ -363,6 +363,7 @@ impl<L: LedgerStore> StateMachine<L> {
         let mut resolved: BTreeMap<(ServerName, ToolName), ToolPolicy> = BTreeMap::new();
         let mut summary = ReportSummary::default();
         let mut timed: BTreeSet<ToolId> = BTreeSet::new();
+        let window_ms = document.observation_window_ms();
         for o in outcomes {
             if o.class.has_latency() {
                 let id = ToolId {
@@ -370,7 +371,7 @@ impl<L: LedgerStore> StateMachine<L> {
                     server: o.server.clone(),
                     tool: o.tool.clone(),
                 };
-                if self.fleet.tools.observe(&id, now, o.duration_ms) {
+                if self.fleet.tools.observe(&id, now, o.duration_ms, window_ms) {
                     timed.insert(id);
                 }
             }

@@ -23,7 +23,7 @@ use crate::disclosure::{
 use crate::error::{check_len, CoreError};
 use crate::limits::{
     DISCLOSURE_BLOCK_BYTES_MAX, ID_BYTES_MAX, OBSERVED_TOOLS_MAX, OBSERVED_WINDOW_BUCKETS,
-    OBSERVED_WINDOW_MS, TOOLS_PER_NAMESPACE_MAX, TOOLS_PER_SERVER_MAX,
+    TOOLS_PER_NAMESPACE_MAX, TOOLS_PER_SERVER_MAX,
 };
 use crate::name::{Namespace, ServerName, ToolName};
 use crate::policy::{EffectClass, PolicyDocument};
@@ -366,19 +366,27 @@ impl ToolRegistry {
         Ok(results)
     }
 
-    /// Records one call's latency at `now`; returns false when the tool is
-    /// new and [`OBSERVED_TOOLS_MAX`] tools are observed already, or the
-    /// sample is too late for its window.
-    pub(crate) fn observe(&mut self, id: &ToolId, now: Timestamp, duration_ms: u64) -> bool {
+    /// Records one call's latency at `now` in a window `window_ms` wide (the
+    /// namespace's policy); returns false when the tool is new and
+    /// [`OBSERVED_TOOLS_MAX`] tools are observed already, the window is not
+    /// a valid geometry, or the sample is too late for its window. A tool
+    /// whose window was kept at another width starts afresh at this one.
+    pub(crate) fn observe(
+        &mut self,
+        id: &ToolId,
+        now: Timestamp,
+        duration_ms: u64,
+        window_ms: u64,
+    ) -> bool {
         if let Some(window) = self.observed.get_mut(id) {
-            return window.record(now, duration_ms);
-        }
-        if self.observed.len() >= OBSERVED_TOOLS_MAX {
+            if window.window_ms() == window_ms {
+                return window.record(now, duration_ms);
+            }
+        } else if self.observed.len() >= OBSERVED_TOOLS_MAX {
             return false;
         }
-        let Ok(mut window) = WindowedSketch::new(OBSERVED_WINDOW_MS, OBSERVED_WINDOW_BUCKETS)
-        else {
-            debug_assert!(false, "the observed window's geometry is valid");
+        // A validated policy only holds multiples of the bucket count.
+        let Ok(mut window) = WindowedSketch::new(window_ms, OBSERVED_WINDOW_BUCKETS) else {
             return false;
         };
         let recorded = window.record(now, duration_ms);
@@ -427,8 +435,8 @@ impl ToolRegistry {
     /// the tool's effect class (an idempotent effect is retry safe). The
     /// timeout is `timeout_ms`, else the stored disclosure's, else the
     /// policy's; [`emit_disclosure`] raises it above p99 × 1.2 if needed.
-    /// `measurement_window_days` is the window rounded up to whole days
-    /// (the spec's unit): 1 for the 10-minute window.
+    /// `measurement_window_days` is the namespace's window rounded up to
+    /// whole days (the spec's unit): 1 for the default 10-minute window.
     pub fn emit(
         &self,
         id: &ToolId,
@@ -465,7 +473,7 @@ impl ToolRegistry {
         let timeout_ms = timeout_ms
             .or(stored.map(|b| b.timeout_ms))
             .unwrap_or_else(|| document.tool_policy(&id.server, &id.tool).timeout_ms);
-        let window_days = OBSERVED_WINDOW_MS.div_ceil(DAY_MS);
+        let window_days = document.observation_window_ms().div_ceil(DAY_MS);
         emit_disclosure(&observed, window_days, now, timeout_ms, &facts)
     }
 

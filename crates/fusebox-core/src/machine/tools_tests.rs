@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::disclosure::{DisclosureRule, LatencySketch, McpHints, PENALTY_SAMPLES_MIN};
-use crate::limits::{DISCLOSURE_BLOCK_BYTES_MAX, OBSERVED_WINDOW_MS, TOOLS_PER_SERVER_MAX};
+use crate::limits::{DISCLOSURE_BLOCK_BYTES_MAX, OBSERVED_WINDOW_MS_DEFAULT, TOOLS_PER_SERVER_MAX};
 use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
 use crate::policy::{EffectClass, PolicyDocument, PolicyFormat};
@@ -272,10 +272,62 @@ fn a_tool_slower_than_disclosed_is_penalized_and_cleared_as_time_passes() {
     // Still slow: no new event, the flag did not change.
     assert!(tool_events(&sm.apply(&report("search", 2_000, 10), now())).is_empty());
     // The window passes: a tick clears the penalty and says so.
-    let later = now().plus_ms(OBSERVED_WINDOW_MS + 1);
+    let later = now().plus_ms(OBSERVED_WINDOW_MS_DEFAULT + 1);
     let ticked = sm.apply(&Command::Tick, later);
     assert_eq!(tool_events(&ticked), ["search"]);
     assert!(!sm.tools().tool(&id("search")).unwrap().penalized);
+}
+
+fn apply_policy(sm: &mut StateMachine, toml: &str) {
+    let document = PolicyDocument::parse(toml, PolicyFormat::Toml).unwrap();
+    let apply = Command::ApplyPolicy {
+        namespace: ns(),
+        document: Box::new(document),
+        actor: "ops".into(),
+        reason: String::new(),
+    };
+    let applied = sm.apply(&apply, now());
+    assert!(
+        !matches!(applied.answer, Answer::Rejected(_)),
+        "{:?}",
+        applied.answer
+    );
+}
+
+#[test]
+fn the_policy_sets_the_observation_window_and_a_new_width_starts_afresh() {
+    let mut sm = StateMachine::new();
+    apply_policy(&mut sm, "[latency]\nwindow_ms = 20000\n");
+    sm.apply(
+        &import_command(vec![import("search", read_only(), Some(block(1, 720)))]),
+        now(),
+    );
+    sm.apply(
+        &report("search", 2_000, PENALTY_SAMPLES_MIN as usize),
+        now(),
+    );
+    assert!(sm.tools().tool(&id("search")).unwrap().penalized);
+    // Half the window later the slow samples still count.
+    let half = sm.apply(&Command::Tick, now().plus_ms(10_000));
+    assert!(tool_events(&half).is_empty());
+    assert!(sm.tools().tool(&id("search")).unwrap().penalized);
+    // Once the 20 s window has passed, a tick clears the penalty.
+    let later = now().plus_ms(20_001);
+    let ticked = sm.apply(&Command::Tick, later);
+    assert_eq!(tool_events(&ticked), ["search"]);
+    assert!(!sm.tools().tool(&id("search")).unwrap().penalized);
+    // The emitted block's window is the configured one, in whole days.
+    let document = sm.policy_document(&ns()).clone();
+    assert_eq!(document.observation_window_ms(), 20_000);
+    sm.apply(&report("search", 100, 3), later);
+    apply_policy(&mut sm, "[latency]\nwindow_ms = 60000\n");
+    let at = later.plus_ms(1);
+    sm.apply(&report("search", 100, 1), at);
+    assert_eq!(
+        sm.tools().observed(&id("search"), at).count(),
+        1,
+        "a window of another width starts empty"
+    );
 }
 
 #[test]

@@ -57,6 +57,8 @@ pub struct PolicyDocument {
     pub defaults: ToolOverrides,
     /// Idempotency-ledger settings for the namespace.
     pub ledger: LedgerSettings,
+    /// How the fleet's observed latency is kept for the namespace.
+    pub latency: LatencySettings,
     /// Per-server overrides, each with its per-tool overrides.
     pub servers: BTreeMap<ServerName, ServerOverrides>,
 }
@@ -69,6 +71,8 @@ struct PolicyFields {
     defaults: ToolOverrides,
     #[serde(default, skip_serializing_if = "LedgerSettings::is_empty")]
     ledger: LedgerSettings,
+    #[serde(default, skip_serializing_if = "LatencySettings::is_empty")]
+    latency: LatencySettings,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     servers: BTreeMap<ServerName, ServerOverrides>,
 }
@@ -233,6 +237,24 @@ pub struct LedgerSettings {
     /// How long completed records are kept for replay (default 24 h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_ms: Option<u64>,
+}
+
+/// The namespace's observed-latency settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencySettings {
+    /// Width of the rolling window over which each tool's observed latency
+    /// is kept and penalties are judged (default 10 min). Changing it starts
+    /// every tool's window afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<u64>,
+}
+
+impl LatencySettings {
+    /// Whether the section sets nothing (and so is left out when rendered).
+    pub fn is_empty(&self) -> bool {
+        *self == LatencySettings::default()
+    }
 }
 
 impl ToolOverrides {

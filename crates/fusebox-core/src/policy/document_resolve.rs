@@ -22,6 +22,7 @@ use super::document::{PolicyDocument, ToolOverrides};
 use super::resolved::{
     BreakerPolicy, EffectClass, OpenBackoff, RetryPolicy, ToolPolicy, Trip, WindowPolicy,
 };
+use crate::limits::OBSERVED_WINDOW_MS_DEFAULT;
 use crate::name::{ServerName, ToolName};
 
 /// Default time completed ledger records are kept (24 h).
@@ -39,6 +40,21 @@ impl PolicyDocument {
             .flatten()
             .collect();
         resolve_tool(&layers)
+    }
+
+    /// [`PolicyDocument::tool_policy`] with the effect class `hinted` (what
+    /// the tool's manifest hints imply) wherever the document declares none.
+    pub fn tool_policy_hinted(
+        &self,
+        server: &ServerName,
+        tool: &ToolName,
+        hinted: Option<EffectClass>,
+    ) -> ToolPolicy {
+        let mut policy = self.tool_policy(server, tool);
+        if let Some(effect) = hinted.filter(|_| self.declared_effect(server, tool).is_none()) {
+            policy.effect = effect;
+        }
+        policy
     }
 
     /// The effect class some layer (tool, server or defaults) sets for a
@@ -70,6 +86,11 @@ impl PolicyDocument {
         self.ledger
             .retention_ms
             .unwrap_or(LEDGER_RETENTION_MS_DEFAULT)
+    }
+
+    /// Width of the rolling window of observed latency in this namespace.
+    pub fn observation_window_ms(&self) -> u64 {
+        self.latency.window_ms.unwrap_or(OBSERVED_WINDOW_MS_DEFAULT)
     }
 }
 

@@ -354,6 +354,9 @@ const BROKEN_ONCE: &[(&str, &str)] = &[
     ),
     ("[ledger]\nretention_ms = 59999", "ledger.retention_ms"),
     ("[ledger]\nretention_ms = 2592000001", "ledger.retention_ms"),
+    ("[latency]\nwindow_ms = 4990", "latency.window_ms"),
+    ("[latency]\nwindow_ms = 86400010", "latency.window_ms"),
+    ("[latency]\nwindow_ms = 10005", "latency.window_ms"),
     (
         "[servers.\"api.prod:443\"]\ntimeout_ms = 0",
         "servers.\"api.prod:443\".timeout_ms",

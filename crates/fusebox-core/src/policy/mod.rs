@@ -19,8 +19,8 @@ mod resolved;
 mod validate;
 
 pub use document::{
-    BreakerOverrides, LedgerSettings, PolicyDocument, PolicyFormat, RetryOverrides,
-    ServerOverrides, ToolOverrides,
+    BreakerOverrides, LatencySettings, LedgerSettings, PolicyDocument, PolicyFormat,
+    RetryOverrides, ServerOverrides, ToolOverrides,
 };
 pub use resolved::{
     BreakerPolicy, EffectClass, OnPartition, OpenBackoff, RetryPolicy, Scope, ToolPolicy, Trip,

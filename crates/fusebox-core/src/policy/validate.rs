@@ -8,12 +8,15 @@
 //! involved, so one bad default is reported once and not once per tool.
 
 use super::document::{
-    path_key, BreakerOverrides, LedgerSettings, PolicyDocument, RetryOverrides, ToolOverrides,
+    path_key, BreakerOverrides, LatencySettings, LedgerSettings, PolicyDocument, RetryOverrides,
+    ToolOverrides,
 };
 use super::document_resolve::first;
 use super::resolved::{BreakerPolicy, EffectClass, RetryPolicy};
 use super::PolicyProblem;
-use crate::limits::{LEASE_MS_MAX, POLICY_OVERRIDES_MAX, REPORTERS_TRACKED_MAX};
+use crate::limits::{
+    LEASE_MS_MAX, OBSERVED_WINDOW_BUCKETS, POLICY_OVERRIDES_MAX, REPORTERS_TRACKED_MAX,
+};
 use crate::outcome::OutcomeClass;
 
 /// Longest per-call deadline or slow-call threshold (10 minutes).
@@ -36,6 +39,11 @@ const ATTEMPTS_MAX: u64 = 10;
 const RETENTION_MS_MIN: u64 = 60_000;
 /// Longest ledger retention (30 days), which bounds the ledger's size.
 const RETENTION_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
+/// Narrowest window of observed latency (5 s): a penalty needs
+/// [`crate::disclosure::PENALTY_SAMPLES_MIN`] calls inside it.
+const OBSERVATION_WINDOW_MS_MIN: u64 = 5_000;
+/// Widest window of observed latency (24 h).
+const OBSERVATION_WINDOW_MS_MAX: u64 = 86_400_000;
 
 impl PolicyDocument {
     /// Lists every problem of the document (empty when it may be applied).
@@ -59,6 +67,7 @@ impl PolicyDocument {
             }
         }
         check_ledger(&self.ledger, &mut problems);
+        check_latency(&self.latency, &mut problems);
         self.check_override_count(&mut problems);
         problems.list
     }
@@ -300,4 +309,14 @@ fn check_ledger(ledger: &LedgerSettings, p: &mut Problems) {
         retention,
         " ms",
     );
+}
+
+fn check_latency(latency: &LatencySettings, p: &mut Problems) {
+    let window = (OBSERVATION_WINDOW_MS_MIN, OBSERVATION_WINDOW_MS_MAX);
+    p.range("latency", "window_ms", latency.window_ms, window, " ms");
+    let buckets = OBSERVED_WINDOW_BUCKETS as u64;
+    if let Some(w) = latency.window_ms.filter(|w| !w.is_multiple_of(buckets)) {
+        let rule = format!("must be a multiple of {buckets} (its buckets), got {w}");
+        p.push("latency.window_ms".to_string(), rule);
+    }
 }

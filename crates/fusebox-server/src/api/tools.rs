@@ -14,7 +14,6 @@ use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
 use fusebox_core::disclosure::{assess, LatencyDisclosure};
-use fusebox_core::limits::OBSERVED_WINDOW_MS;
 use fusebox_core::machine::{Answer, Command, SharedStateMachine, ToolId};
 use fusebox_core::{CoreError, Namespace, ServerName, ToolName};
 use fusebox_proto::v1 as pb;
@@ -92,7 +91,7 @@ fn emit(
             .iter()
             .map(problem_to_proto)
             .collect(),
-        window_ms: OBSERVED_WINDOW_MS,
+        window_ms: document.observation_window_ms(),
     })
 }
 

@@ -11,7 +11,7 @@ use fusebox_core::disclosure::McpHints;
 use fusebox_core::disclosure::{
     assess, parse_utc, DisclosureProblem, LatencyDisclosure, LatencySketch, ObservedLatency,
 };
-use fusebox_core::limits::{DISCLOSURE_BLOCK_BYTES_MAX, OBSERVED_WINDOW_MS, TOOLS_PER_SERVER_MAX};
+use fusebox_core::limits::{DISCLOSURE_BLOCK_BYTES_MAX, TOOLS_PER_SERVER_MAX};
 use fusebox_core::machine::{
     effect_of, DisclosureVerdict, SharedStateMachine, ToolId, ToolImport, ToolImported,
 };
@@ -135,7 +135,7 @@ pub fn tool_latency(state: &SharedStateMachine, id: &ToolId) -> pb::ToolLatency 
         disclosed: block.map(disclosure_to_proto),
         disclosed_json: block.and_then(|b| serde_json::to_string(b).ok()),
         observed: Some(figures(&observed)),
-        window_ms: OBSERVED_WINDOW_MS,
+        window_ms: document.observation_window_ms(),
         penalty_threshold_p95_ms: threshold,
         penalized: record.is_some_and(|r| r.penalized),
         deadline_ms: assessment.as_ref().and_then(|a| a.deadline_ms()),
@@ -185,6 +185,9 @@ pub fn tool_disclosure(state: &SharedStateMachine, id: &ToolId) -> pb::ToolDiscl
         disclosed: record.and_then(|r| r.disclosure()).map(disclosure_to_proto),
         observed,
         p95_regressed: record.is_some_and(|r| r.penalized),
+        hinted_effect: record.map_or(pb::Effect::Unspecified, |r| {
+            effect_to_proto(r.hints.effect())
+        }) as i32,
     }
 }
 
