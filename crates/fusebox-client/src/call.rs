@@ -12,14 +12,14 @@ use crate::metrics::bump;
 use crate::probe::{self, ClusterPermit, ProbeAnswer};
 use crate::retry;
 use crate::tool::{CallContext, CallOutput, ToolFailure, ToolRef};
-use crate::view::wall_clock;
 use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
 use fusebox_core::disclosure::assess;
 use fusebox_core::policy::{OnPartition, ToolPolicy};
 use fusebox_core::OutcomeClass;
 use fusebox_proto::v1 as pb;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 /// The permit a half-open call runs under.
@@ -102,7 +102,7 @@ impl Client {
             let (circuit_state, degraded) = (pass.decision.state, pass.decision.degraded);
             let probe = pass.permit.is_some();
             let deadline = journey.deadline(self.tool_timeout(tool, &policy), Layer::Tool);
-            let ctx = self.context(journey, attempt, deadline, None);
+            let ctx = self.context(journey, attempt, deadline, None, probe);
             let (end, elapsed) = self
                 .attempt(journey, tool, &pass, ctx, deadline, &mut f)
                 .await;
@@ -188,7 +188,7 @@ impl Client {
         let Some(block) = self.inner.view.disclosure(tool) else {
             return true;
         };
-        if !assess(&block, wall_clock()).is_usable() {
+        if !assess(&block, self.wall_clock()).is_usable() {
             return true;
         }
         retry::disclosed_retry(block.retry_safe, block.idempotent, class)
@@ -201,7 +201,7 @@ impl Client {
             .inner
             .view
             .disclosure(tool)
-            .and_then(|block| assess(&block, wall_clock()).deadline_ms());
+            .and_then(|block| assess(&block, self.wall_clock()).deadline_ms());
         Duration::from_millis(disclosed.unwrap_or(policy.timeout_ms))
     }
 
@@ -212,6 +212,7 @@ impl Client {
         attempt: u32,
         deadline: Deadline,
         idempotency_key: Option<String>,
+        probe: bool,
     ) -> CallContext {
         CallContext {
             intent_id: journey.intent_id().to_owned(),
@@ -221,6 +222,7 @@ impl Client {
             deadline_layer: deadline.layer,
             cancel: journey.call_token(),
             idempotency_key,
+            probe,
         }
     }
 
@@ -313,7 +315,7 @@ impl Client {
             let permit = self
                 .inner
                 .local
-                .acquire(&key, &breaker_policy, wall_clock());
+                .acquire(&key, &breaker_policy, self.wall_clock());
             return match permit {
                 Some(p) => Ok(Pass {
                     decision,
@@ -460,7 +462,7 @@ impl Client {
         class: OutcomeClass,
         elapsed: Duration,
     ) {
-        let now = wall_clock();
+        let now = self.wall_clock();
         let ns = &self.inner.config.namespace;
         let (sk, tk) = (server_key(ns, tool), tool_key(ns, tool, policy.scope));
         let server_policy = self.inner.view.server_breaker_policy(tool);

@@ -4,22 +4,25 @@ use crate::config::ClientConfig;
 use crate::convert::tool_key;
 use crate::decision::Decision;
 use crate::endpoints::Endpoints;
+use crate::env::ClientEnv;
 use crate::error::ClientError;
 use crate::journey::Journey;
 use crate::local_breakers::{server_key, LocalBreakers};
 use crate::metrics::{bump, Metrics, MetricsSnapshot};
 use crate::reporter::{self, OutcomeBuffer};
 use crate::tool::ToolRef;
-use crate::view::{wall_clock, LocalView, ViewStatus};
+use crate::view::{LocalView, ViewStatus};
 use crate::watch::WatchTask;
 use fusebox_core::breaker::{Admission, RejectScope};
 use fusebox_core::disclosure::LatencyDisclosure;
 use fusebox_core::policy::{OnPartition, ToolPolicy};
+use fusebox_core::Timestamp;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The gate every tool call of a replica passes through. Cheap to clone;
@@ -32,6 +35,7 @@ pub struct Client {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) config: ClientConfig,
+    pub(crate) env: ClientEnv,
     pub(crate) endpoints: Arc<Endpoints>,
     pub(crate) view: Arc<LocalView>,
     pub(crate) buffer: OutcomeBuffer,
@@ -52,10 +56,16 @@ impl Client {
     /// Until the first snapshot arrives decisions are degraded (see
     /// [`Client::wait_fresh`]). Must be called inside a tokio runtime.
     pub fn connect(config: ClientConfig) -> Result<Client, ClientError> {
+        Client::connect_in(config, ClientEnv::system())
+    }
+
+    /// [`Client::connect`] over the given network and wall clock.
+    pub fn connect_in(config: ClientConfig, env: ClientEnv) -> Result<Client, ClientError> {
         config.validate()?;
         let endpoints = Arc::new(Endpoints::new(
             &config.endpoints,
             Duration::from_millis(config.connect_timeout_ms),
+            &env.net,
         )?);
         let view = Arc::new(LocalView::new(
             config.namespace.clone(),
@@ -64,8 +74,16 @@ impl Client {
         )?);
         let metrics = Arc::new(Metrics::default());
         let stop = CancellationToken::new();
-        let (buffer, flusher) =
-            reporter::channel(&config, endpoints.clone(), metrics.clone(), stop.clone());
+        // Starting from the wall clock keeps sequence numbers growing across
+        // restarts of a replica that keeps its id.
+        let first_seq = env.now().as_millis().saturating_mul(1_000);
+        let (buffer, flusher) = reporter::channel(
+            &config,
+            endpoints.clone(),
+            metrics.clone(),
+            stop.clone(),
+            first_seq,
+        );
         let watch = WatchTask {
             config: config.clone(),
             endpoints: endpoints.clone(),
@@ -78,6 +96,7 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
+                env,
                 endpoints,
                 view,
                 buffer,
@@ -126,6 +145,11 @@ impl Client {
     /// The counters, read now.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.inner.metrics.snapshot()
+    }
+
+    /// This replica's wall clock, to compare with the leader's stamps.
+    pub(crate) fn wall_clock(&self) -> Timestamp {
+        self.inner.env.now()
     }
 
     /// The effective policy of a tool, as the view holds it.
@@ -183,7 +207,7 @@ impl Client {
 
     pub(crate) fn admit_with(&self, tool: &ToolRef, policy: &ToolPolicy) -> Decision {
         let view = &self.inner.view;
-        let now = wall_clock();
+        let now = self.wall_clock();
         if view.is_fresh() {
             let a = view.admit(tool, policy.scope, now);
             return Decision {

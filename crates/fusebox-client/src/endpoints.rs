@@ -9,12 +9,14 @@
 //! the server learns it through `grpc-timeout`.
 
 use crate::error::ClientError;
+use fusebox_proto::net::Net;
 use fusebox_proto::v1::fusebox_error_detail::Detail;
 use fusebox_proto::v1::FuseboxErrorDetail;
 use prost::Message;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
@@ -30,6 +32,7 @@ impl Endpoints {
     pub(crate) fn new(
         addresses: &[String],
         connect_timeout: Duration,
+        net: &Net,
     ) -> Result<Self, ClientError> {
         let mut nodes = Vec::with_capacity(addresses.len());
         for address in addresses {
@@ -43,10 +46,7 @@ impl Endpoints {
                     field: "endpoints".to_owned(),
                     message: format!("{address:?}: {e}"),
                 })?;
-            let channel = endpoint
-                .connect_timeout(connect_timeout)
-                .tcp_nodelay(true)
-                .connect_lazy();
+            let channel = net.channel(endpoint.connect_timeout(connect_timeout));
             nodes.push((address.clone(), channel));
         }
         Ok(Endpoints {

@@ -8,7 +8,8 @@
 
 use crate::error::Layer;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// One turn's time budget, its reserve and its cancellation.

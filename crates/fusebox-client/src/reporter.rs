@@ -46,6 +46,7 @@ pub(crate) fn channel(
     endpoints: Arc<Endpoints>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
+    first_seq: u64,
 ) -> (OutcomeBuffer, Flusher) {
     let (tx, rx) = mpsc::channel(config.report_buffer_outcomes_max);
     let wake = Arc::new(Notify::new());
@@ -62,9 +63,7 @@ pub(crate) fn channel(
         endpoints,
         metrics,
         stop,
-        // Starting from the wall clock keeps sequence numbers growing across
-        // restarts of a replica that keeps its id.
-        batch_seq: crate::view::wall_clock().as_millis().saturating_mul(1_000),
+        batch_seq: first_seq,
     };
     (buffer, flusher)
 }

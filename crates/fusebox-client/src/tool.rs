@@ -102,6 +102,8 @@ pub struct CallContext {
     pub cancel: CancellationToken,
     /// The idempotency key, for writes (send it to the backend).
     pub idempotency_key: Option<String>,
+    /// This attempt is a half-open probe holding a fleet-wide permit.
+    pub probe: bool,
 }
 
 /// A successful call and how it was made.

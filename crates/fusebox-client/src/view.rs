@@ -25,7 +25,7 @@ use fusebox_proto::v1::watch_event::Event;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// Most resolved tool policies cached; past it policies are resolved per
 /// call (correct, just slower).
@@ -150,14 +150,6 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 
 fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The wall clock in Unix milliseconds, to compare with the leader's stamps.
-pub(crate) fn wall_clock() -> Timestamp {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Timestamp::from_millis(ms)
 }
 
 impl LocalView {

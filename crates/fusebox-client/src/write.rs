@@ -153,7 +153,9 @@ impl Client {
                 }
             };
             bump(&self.inner.metrics.writes_started);
-            let mut ctx = self.context(journey, attempt, deadline, Some(request.key.clone()));
+            let probe = pass.permit.is_some();
+            let mut ctx =
+                self.context(journey, attempt, deadline, Some(request.key.clone()), probe);
             ctx.tool_call_id = attempt_id.clone();
             let (end, elapsed) = self
                 .attempt(journey, tool, &pass, ctx, deadline, &mut f)
@@ -299,7 +301,7 @@ impl Client {
                 holder_attempt_id: p.holder_attempt_id,
                 retry_after_ms: p
                     .lease_until_ms
-                    .saturating_sub(crate::view::wall_clock().as_millis()),
+                    .saturating_sub(self.wall_clock().as_millis()),
             }),
             Some(Begun::Mismatch(_)) => Err(ClientError::Mismatch { tool, key }),
             Some(Begun::Ambiguous(a)) => {

@@ -13,6 +13,11 @@
 //! growing memory. Dropping the [`Flusher`] closes the queue; the thread
 //! flushes what is left, completes it, and is joined, so the database is
 //! closed when the last handle goes.
+//!
+//! On a thread marked by [`crate::run_inline`] (the deterministic
+//! simulation) there is no flusher thread: each append syncs the WAL itself
+//! before its callback runs, so durability is the same and no real-time
+//! thread decides when an append completes.
 
 use crate::types::TypeConfig;
 use openraft::storage::IOFlushed;
@@ -29,11 +34,28 @@ pub(crate) const FLUSH_QUEUE_MAX: usize = 1024;
 pub(crate) struct Flusher {
     queue: Option<SyncSender<IOFlushed<TypeConfig>>>,
     thread: Option<JoinHandle<()>>,
+    /// Inline mode: the database each append syncs itself.
+    inline: Option<Arc<DB>>,
+}
+
+/// Where an append's completion goes once its batch is written.
+pub(crate) enum FlushSink {
+    /// The flusher thread's queue.
+    Queue(SyncSender<IOFlushed<TypeConfig>>),
+    /// Sync here and now (inline mode).
+    Inline(Arc<DB>),
 }
 
 impl Flusher {
-    /// Starts the thread.
+    /// Starts the thread (none in inline mode).
     pub(crate) fn start(db: Arc<DB>) -> io::Result<Flusher> {
+        if crate::rocks::is_inline() {
+            return Ok(Flusher {
+                queue: None,
+                thread: None,
+                inline: Some(db),
+            });
+        }
         let (queue, pending) = sync_channel(FLUSH_QUEUE_MAX);
         let thread = std::thread::Builder::new()
             .name("raft-log-flush".into())
@@ -41,23 +63,40 @@ impl Flusher {
         Ok(Flusher {
             queue: Some(queue),
             thread: Some(thread),
+            inline: None,
         })
     }
 
-    /// A sender for the queue, to move into a blocking task.
-    pub(crate) fn queue(&self) -> io::Result<SyncSender<IOFlushed<TypeConfig>>> {
+    /// Where appends send their completion, to move into a blocking task.
+    pub(crate) fn sink(&self) -> io::Result<FlushSink> {
+        if let Some(db) = &self.inline {
+            return Ok(FlushSink::Inline(db.clone()));
+        }
         self.queue
             .clone()
+            .map(FlushSink::Queue)
             .ok_or_else(|| io::Error::other("log flusher stopped"))
     }
 }
 
-/// Queues `callback` for the next WAL sync; blocks while the queue is full.
-/// Call it from a blocking thread, after the batch was written.
-pub(crate) fn enqueue(
-    queue: &SyncSender<IOFlushed<TypeConfig>>,
-    callback: IOFlushed<TypeConfig>,
-) -> io::Result<()> {
+/// Queues `callback` for the next WAL sync (blocks while the queue is
+/// full), or in inline mode syncs and completes it at once. Call it from a
+/// blocking thread, after the batch was written.
+pub(crate) fn enqueue(sink: &FlushSink, callback: IOFlushed<TypeConfig>) -> io::Result<()> {
+    let queue = match sink {
+        FlushSink::Queue(queue) => queue,
+        FlushSink::Inline(db) => {
+            let synced = db
+                .flush_wal(true)
+                .map_err(|e| io::Error::other(format!("rocksdb wal fsync: {e}")));
+            let answer = synced
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| io::Error::new(e.kind(), e.to_string()));
+            callback.io_completed(answer);
+            return synced;
+        }
+    };
     queue.send(callback).map_err(|returned| {
         let err = || io::Error::other("log flusher stopped before the append was synced");
         returned.0.io_completed(Err(err()));

@@ -51,11 +51,12 @@ pub mod types;
 pub use error::StoreError;
 pub use ledger_store::RocksLedger;
 pub use log_store::{LogReader, LogStore};
+pub use rocks::{blocking, run_inline};
 pub use snapshot_builder::StateSnapshotBuilder;
 pub use state_store::{ApplyObserver, StateStore};
 pub use types::{
-    snapshot_data, Entry, LogId, Node, NodeId, Request, Response, Snapshot, SnapshotData,
-    SnapshotMeta, StoredMembership, TypeConfig, Vote,
+    snapshot_data, Entry, LogId, Node, NodeId, RaftRuntime, Request, Response, Snapshot,
+    SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, Vote,
 };
 
 use std::path::Path;

@@ -228,14 +228,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let db = self.db();
-        let queue = self.flusher.queue()?;
+        let sink = self.flusher.sink()?;
         blocking(move || {
             let written = write_entries(&db, &entries);
             if let Err(e) = &written {
                 callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
                 return written;
             }
-            enqueue(&queue, callback)
+            enqueue(&sink, callback)
         })
         .await
     }

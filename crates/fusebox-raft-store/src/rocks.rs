@@ -10,6 +10,7 @@
 
 use crate::error::StoreError;
 use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, DB};
+use std::cell::Cell;
 use std::io;
 use std::path::Path;
 
@@ -62,15 +63,38 @@ pub(crate) fn db_error(doing: &str, e: rocksdb::Error) -> io::Error {
     io::Error::other(format!("rocksdb {doing}: {e}"))
 }
 
-/// Runs blocking storage work on tokio's blocking thread pool.
+thread_local! {
+    /// Set on a thread that runs blocking work inline (see [`run_inline`]).
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes [`blocking`] run its work inline on this thread from now on.
+///
+/// For the deterministic simulation only: every simulated host runs on one
+/// thread, and work on tokio's blocking pool would finish in real time, in
+/// an order no seed decides. Inline work takes no simulated time.
+pub fn run_inline() {
+    INLINE.with(|inline| inline.set(true));
+}
+
+/// Whether this thread runs blocking work inline.
+pub(crate) fn is_inline() -> bool {
+    INLINE.with(Cell::get)
+}
+
+/// Runs blocking storage work on tokio's blocking thread pool (inline on a
+/// thread marked by [`run_inline`]).
 ///
 /// Not `TypeConfig::spawn_blocking`: openraft's default spawns a new OS
 /// thread per call.
-pub(crate) async fn blocking<T, F>(f: F) -> io::Result<T>
+pub async fn blocking<T, F>(f: F) -> io::Result<T>
 where
     T: Send + 'static,
     F: FnOnce() -> io::Result<T> + Send + 'static,
 {
+    if is_inline() {
+        return f();
+    }
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| io::Error::other(format!("storage task failed: {e}")))?

@@ -67,11 +67,18 @@ pub struct Response {
     pub applied: Option<Applied>,
 }
 
+/// openraft's runtime: tokio, with its randomness (election timeouts, the
+/// tick's phase) drawn from a seed the node is started with
+/// ([`RaftRuntime::scope`]), so a simulation replays the same elections.
+pub type RaftRuntime =
+    openraft::rt::deterministic_rng::DeterministicRng<openraft_rt_tokio::TokioRuntime>;
+
 openraft::declare_raft_types!(
     /// Fusebox's Raft types: node ids are `u64`, nodes carry their address.
     pub TypeConfig:
         D = Request,
         R = Response,
+        AsyncRuntime = RaftRuntime,
 );
 
 /// A node's identity in the cluster.

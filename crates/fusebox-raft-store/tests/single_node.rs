@@ -4,7 +4,9 @@
 
 mod support;
 
-use fusebox_raft_store::{open, Node, Snapshot, SnapshotData, StateStore, TypeConfig, Vote};
+use fusebox_raft_store::{
+    open, Node, RaftRuntime, Snapshot, SnapshotData, StateStore, TypeConfig, Vote,
+};
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
@@ -70,7 +72,8 @@ impl RaftNetworkV2<TypeConfig> for NoPeers {
 async fn start(dir: &Path) -> (Raft<TypeConfig, StateStore>, StateStore) {
     let (log, state) = open(dir).unwrap();
     let config = Arc::new(Config::default().validate().unwrap());
-    let raft = Raft::new(1, config, NoPeers, log, state.clone())
+    // Raft's randomness is seeded; it must be started inside a seed scope.
+    let raft = RaftRuntime::scope(1, Raft::new(1, config, NoPeers, log, state.clone()))
         .await
         .unwrap();
     (raft, state)

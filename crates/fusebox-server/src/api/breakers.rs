@@ -10,7 +10,7 @@ use super::convert::breakers::{
     key_from_proto, state_from_proto, transition_to_proto, view_to_proto,
 };
 use super::convert::outcomes::{self, batch_from_proto, probe_to_proto, report_to_proto};
-use super::convert::{self, meta, name, namespace, number_token, page_limit};
+use super::convert::{meta, name, namespace, number_token, page_limit};
 use super::gateway::{unexpected, Gateway, Served};
 use super::operator::OperatorCommand;
 use super::{status, watch_stream};
@@ -51,7 +51,7 @@ impl<B: Backend> BreakersService<B> {
             .read_local(move |s| (s.view(&server), s.now()))
             .await?;
         let (view, state_now) = view;
-        let now = state_now.as_millis().max(convert::wall_clock_ms());
+        let now = state_now.as_millis().max(self.gateway.backend().now_ms());
         let until = view.open_until.map(|t| t.as_millis());
         let out = match view.state {
             BreakerState::ForcedOpen => until.is_none_or(|u| u > now),

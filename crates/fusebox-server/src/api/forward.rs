@@ -15,6 +15,7 @@ use super::{
     FORWARDED_HEADER, FORWARD_CHANNELS_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_TIMEOUT_DEFAULT_MS,
     FORWARD_TIMEOUT_MAX_MS,
 };
+use fusebox_proto::net::Net;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -37,15 +38,19 @@ const TRANSPORT_HEADERS: [&str; 8] = [
 ];
 
 /// Sends requests on to the leader, caching one channel per address.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Forwarder {
+    net: Net,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl Forwarder {
-    /// A forwarder with no cached channel.
-    pub fn new() -> Self {
-        Forwarder::default()
+    /// A forwarder with no cached channel, connecting over `net`.
+    pub fn new(net: Net) -> Self {
+        Forwarder {
+            net,
+            channels: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Whether a request already went through one forwarding hop.
@@ -121,7 +126,7 @@ impl Forwarder {
             // Leaders change rarely; a full cache means stale addresses.
             channels.clear();
         }
-        let channel = endpoint.connect_lazy();
+        let channel = self.net.channel(endpoint);
         channels.insert(addr.to_owned(), channel.clone());
         Ok(channel)
     }

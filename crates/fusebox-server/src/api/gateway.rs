@@ -51,7 +51,8 @@ impl<B: Clone> Clone for Gateway<B> {
 impl<B: Backend> Gateway<B> {
     /// A gateway with its own forwarder.
     pub fn new(backend: B) -> Self {
-        Gateway::with_forwarder(backend, Arc::new(Forwarder::new()))
+        let forwarder = Arc::new(Forwarder::new(backend.net()));
+        Gateway::with_forwarder(backend, forwarder)
     }
 
     /// A gateway sharing a forwarder (and its channel cache) with others.

@@ -11,7 +11,7 @@ use super::convert::ledger::{
     begin_from_proto, begin_to_proto, complete_from_proto, list_from_proto, record_to_proto,
     resolve_from_proto, status_name,
 };
-use super::convert::{self, meta, namespace, required};
+use super::convert::{meta, namespace, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::{Backend, Consistency};
@@ -136,7 +136,7 @@ impl<B: Backend> Ledger for LedgerService<B> {
         meta(req.meta.as_ref())?;
         let ns = namespace(&req.namespace)?;
         required("key", &req.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
-        let (lookup_ns, key, wall) = (ns.clone(), req.key.clone(), convert::wall_clock_ms());
+        let (lookup_ns, key, wall) = (ns.clone(), req.key.clone(), self.gateway.backend().now_ms());
         let read = self
             .gateway
             .read(Consistency::Linearizable, move |s| {
@@ -169,7 +169,7 @@ impl<B: Backend> Ledger for LedgerService<B> {
         request: Request<pb::ListRecordsRequest>,
     ) -> Result<Response<pb::ListRecordsResponse>, Status> {
         let (ns, filter) = list_from_proto(request.get_ref())?;
-        let (lookup_ns, wall) = (ns.clone(), convert::wall_clock_ms());
+        let (lookup_ns, wall) = (ns.clone(), self.gateway.backend().now_ms());
         let page = self
             .gateway
             .read_local(move |s| {

@@ -15,7 +15,7 @@
 //! The pump ends when the client goes away (the channel closes) or the node
 //! stops publishing.
 
-use super::convert::{self, watch::events_to_proto, watch::snapshot_to_proto};
+use super::convert::{watch::events_to_proto, watch::snapshot_to_proto};
 use super::gateway::Gateway;
 use super::status;
 use super::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
@@ -226,7 +226,7 @@ impl<B: Backend> Pump<B> {
         let beat = pb::WatchEvent {
             revision: self.last_sent,
             event: Some(Event::Heartbeat(pb::WatchHeartbeat {
-                at_ms: convert::wall_clock_ms(),
+                at_ms: self.gateway.backend().now_ms(),
             })),
         };
         self.send(beat).await?;

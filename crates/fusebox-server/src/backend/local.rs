@@ -1,12 +1,13 @@
 //! An in-process backend without replication, for testing the API layer.
 
 use super::{Backend, BackendError, Consistency};
+use crate::node::env::system_clock_ms;
 use crate::watch::{WatchHub, WatchStart};
 use fusebox_core::ledger::BoxedLedger;
 use fusebox_core::machine::{Applied, Command, SharedStateMachine, StateMachine};
 use fusebox_core::{Namespace, Timestamp};
+use fusebox_proto::net::Net;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Applies commands directly to one state machine, stamped with this
 /// machine's clock. Not replicated and not durable: API tests only.
@@ -45,10 +46,7 @@ impl Default for LocalBackend {
 }
 
 fn now() -> Timestamp {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Timestamp::from_millis(ms)
+    Timestamp::from_millis(system_clock_ms())
 }
 
 impl Backend for LocalBackend {
@@ -82,5 +80,13 @@ impl Backend for LocalBackend {
 
     fn leader(&self) -> Option<(u64, String)> {
         None
+    }
+
+    fn now_ms(&self) -> u64 {
+        system_clock_ms()
+    }
+
+    fn net(&self) -> Net {
+        Net::Tcp
     }
 }

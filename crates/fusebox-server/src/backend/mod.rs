@@ -11,6 +11,7 @@ pub mod local;
 use crate::watch::WatchStart;
 use fusebox_core::machine::{Applied, Command, SharedStateMachine};
 use fusebox_core::Namespace;
+use fusebox_proto::net::Net;
 use std::future::Future;
 use thiserror::Error;
 
@@ -76,4 +77,10 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// The current leader's id and gRPC address, if known.
     fn leader(&self) -> Option<(u64, String)>;
+
+    /// This node's wall clock in Unix ms (heartbeats, read-time views).
+    fn now_ms(&self) -> u64;
+
+    /// Where this node's outgoing channels connect.
+    fn net(&self) -> Net;
 }

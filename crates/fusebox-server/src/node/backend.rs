@@ -2,17 +2,19 @@
 //! applied state, linearizable reads through the read linearizer.
 
 use super::coalescer::ReportCoalescer;
+use super::env::{Clock, NodeEnv};
 use crate::backend::{Backend, BackendError, Consistency};
 use crate::metrics::Metrics;
 use crate::watch::{WatchHub, WatchStart};
 use fusebox_core::machine::{Applied, Command, Report, SharedStateMachine};
 use fusebox_core::Namespace;
+use fusebox_proto::net::Net;
 use fusebox_raft_store::{Request, StateStore, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, Raft, ReadPolicy};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// How long a write may wait to be committed and applied.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,13 +35,8 @@ pub struct RaftBackend {
     /// Where outcome reports wait to share a log entry (none: one entry
     /// per report).
     pub reports: Option<ReportCoalescer>,
-}
-
-/// This machine's wall clock in Unix ms: the stamp a leader puts on entries.
-pub fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    /// The node's network and wall clock.
+    pub env: NodeEnv,
 }
 
 fn not_leader(f: &ForwardToLeader<TypeConfig>) -> BackendError {
@@ -61,9 +58,11 @@ fn write_error(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Backen
 }
 
 /// Proposes one command through Raft and waits for its answer.
+/// The entry is stamped with `clock`, the leader's wall clock.
 pub(crate) async fn propose(
     raft: &Raft<TypeConfig, StateStore>,
     metrics: &Metrics,
+    clock: &Clock,
     command: Command,
 ) -> Result<Applied, BackendError> {
     let started = Instant::now();
@@ -73,7 +72,7 @@ pub(crate) async fn propose(
         _ => None,
     };
     let request = Request {
-        at_ms: wall_clock_ms(),
+        at_ms: clock(),
         command,
     };
     let written = tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(request))
@@ -110,7 +109,7 @@ impl Backend for RaftBackend {
                 };
                 coalescer.submit(report).await
             }
-            (command, _) => propose(&self.raft, &self.metrics, command).await,
+            (command, _) => propose(&self.raft, &self.metrics, &self.env.clock, command).await,
         }
     }
 
@@ -135,7 +134,7 @@ impl Backend for RaftBackend {
         }
         // Ledger reads touch RocksDB: off the runtime's worker threads.
         let state = self.state.clone();
-        tokio::task::spawn_blocking(move || state.with_state(f))
+        fusebox_raft_store::blocking(move || Ok(state.with_state(f)))
             .await
             .map_err(|e| BackendError::Fatal(format!("read task failed: {e}")))
     }
@@ -160,5 +159,13 @@ impl Backend for RaftBackend {
             .get_node(&id)?
             .clone();
         Some((id, node.addr))
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.env.now_ms()
+    }
+
+    fn net(&self) -> Net {
+        self.env.net.clone()
     }
 }

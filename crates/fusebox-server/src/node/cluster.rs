@@ -100,13 +100,12 @@ impl ClusterService {
                 "not the leader; node {id} at {addr} is"
             )));
         }
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| Status::internal(e.to_string()))?
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .await
-            .map_err(|e| Status::unavailable(format!("leader {id} at {addr}: {e}")))?;
-        Ok(Some(ClusterClient::new(channel)))
+            .connect_timeout(Duration::from_secs(2));
+        Ok(Some(ClusterClient::new(
+            self.backend.env.net.channel(endpoint),
+        )))
     }
 
     fn forwarded<T>(message: T) -> Request<T> {

@@ -4,9 +4,12 @@ pub mod backend;
 pub mod cluster;
 pub mod coalescer;
 pub mod config;
+pub mod env;
+pub mod incoming;
 pub mod observer;
 pub mod start;
 
 pub use backend::RaftBackend;
 pub use config::{NodeConfig, Timing};
-pub use start::{start, RunningNode, StartError};
+pub use env::{Clock, NodeEnv};
+pub use start::{start, start_in, RunningNode, StartError};

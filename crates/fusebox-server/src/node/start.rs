@@ -5,6 +5,8 @@ use super::backend::RaftBackend;
 use super::cluster::ClusterService;
 use super::coalescer::ReportCoalescer;
 use super::config::NodeConfig;
+use super::env::NodeEnv;
+use super::incoming::incoming;
 use super::observer::Observer;
 use crate::backend::Backend;
 use crate::metrics::{self, Metrics};
@@ -12,8 +14,10 @@ use crate::raft::network::Network;
 use crate::raft::service::RaftService;
 use crate::watch::WatchHub;
 use fusebox_core::machine::Command;
+use fusebox_proto::net::Listener;
 use fusebox_proto::v1::cluster_server::ClusterServer;
 use fusebox_proto::v1::raft_server::RaftServer;
+use fusebox_raft_store::RaftRuntime;
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use std::collections::BTreeMap;
@@ -25,7 +29,6 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Why a node could not start.
 #[derive(Debug, Error)]
@@ -90,15 +93,22 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
         .map_err(|e| StartError::Config(e.to_string()))
 }
 
-/// Opens storage and starts Raft, the servers and the background loops.
+/// Opens storage and starts Raft, the servers and the background loops, on
+/// this machine's network and clock.
 pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
+    start_in(config, NodeEnv::system()).await
+}
+
+/// [`start`] in the given environment (network, clock, Raft's seed).
+pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, StartError> {
     config.validate().map_err(StartError::Config)?;
     let dir = config.data_dir.clone();
     // Opening reads the disk and may restore a large snapshot: off the workers.
-    let (log_store, state) = tokio::task::spawn_blocking(move || fusebox_raft_store::open(&dir))
-        .await
-        .map_err(|e| StartError::Storage(e.to_string()))?
-        .map_err(|e| StartError::Storage(e.to_string()))?;
+    let (log_store, state) = fusebox_raft_store::blocking(move || {
+        fusebox_raft_store::open(&dir).map_err(|e| std::io::Error::other(e.to_string()))
+    })
+    .await
+    .map_err(|e| StartError::Storage(e.to_string()))?;
     let hub = Arc::new(WatchHub::new());
     let metrics = Arc::new(Metrics::new());
     state.set_observer(Arc::new(Observer {
@@ -108,22 +118,30 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
     let network = Network {
         cluster_id: config.cluster_id.clone(),
         me: config.id,
+        net: env.net.clone(),
     };
-    let raft = Raft::new(
-        config.id,
-        Arc::new(raft_config(&config)?),
-        network,
-        log_store,
-        state.clone(),
+    // openraft draws election timeouts from a generator seeded here, and
+    // every task Raft spawns inherits a seed derived from it.
+    let raft = RaftRuntime::scope(
+        env.raft_seed,
+        Raft::new(
+            config.id,
+            Arc::new(raft_config(&config)?),
+            network,
+            log_store,
+            state.clone(),
+        ),
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
     let (stop, stop_rx) = watch::channel(false);
     let (raft_for_reports, metrics_for_reports) = (raft.clone(), metrics.clone());
+    let clock_for_reports = env.clock.clone();
     let (reports, coalescer_task) = ReportCoalescer::start(
         move |command| {
             let (raft, metrics) = (raft_for_reports.clone(), metrics_for_reports.clone());
-            async move { super::backend::propose(&raft, &metrics, command).await }
+            let clock = clock_for_reports.clone();
+            async move { super::backend::propose(&raft, &metrics, &clock, command).await }
         },
         stop_rx.clone(),
     );
@@ -133,8 +151,11 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
         hub,
         metrics: metrics.clone(),
         reports: Some(reports),
+        env: env.clone(),
     };
-    let listener = TcpListener::bind(config.listen)
+    let listener = env
+        .net
+        .bind(config.listen)
         .await
         .map_err(|source| StartError::Bind {
             addr: config.listen,
@@ -208,7 +229,7 @@ async fn initialize(backend: &RaftBackend, config: &NodeConfig) {
 fn spawn_grpc(
     config: &NodeConfig,
     backend: &RaftBackend,
-    listener: TcpListener,
+    listener: Box<dyn Listener>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let raft_service = RaftService {
@@ -241,7 +262,7 @@ fn spawn_grpc(
         health_reporter
             .set_serving::<ClusterServer<ClusterService>>()
             .await;
-        let incoming = TcpListenerStream::new(listener);
+        let incoming = incoming(listener);
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };

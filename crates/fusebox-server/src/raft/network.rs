@@ -6,6 +6,7 @@
 //! does not enforce it on appends.
 
 use super::codec::{self, Route};
+use fusebox_proto::net::Net;
 use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
 use fusebox_raft_store::{NodeId, SnapshotData, SnapshotMeta, TypeConfig};
@@ -35,6 +36,8 @@ pub struct Network {
     pub cluster_id: String,
     /// This node.
     pub me: NodeId,
+    /// Where the channels connect.
+    pub net: Net,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -48,6 +51,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 to: target,
             },
             addr: node.addr.clone(),
+            net: self.net.clone(),
             client: None,
         }
     }
@@ -57,6 +61,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Connection {
     route: Route,
     addr: String,
+    net: Net,
     client: Option<RaftClient<Channel>>,
 }
 
@@ -75,9 +80,8 @@ impl Connection {
         }
         let endpoint = Endpoint::from_shared(format!("http://{}", self.addr))
             .map_err(unreachable)?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true);
-        let client = RaftClient::new(endpoint.connect_lazy())
+            .connect_timeout(CONNECT_TIMEOUT);
+        let client = RaftClient::new(self.net.channel(endpoint))
             .max_decoding_message_size(codec::RAFT_PAYLOAD_BYTES_MAX)
             .max_encoding_message_size(codec::RAFT_PAYLOAD_BYTES_MAX);
         self.client = Some(client.clone());
@@ -166,13 +170,12 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         // Reading a persisted snapshot and hashing it are disk and CPU work:
         // off the runtime's workers.
         let data = snapshot.snapshot.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
+        let loaded = fusebox_raft_store::blocking(move || {
             let bytes = data.load()?;
             let sha256 = Sha256::digest(bytes.as_slice()).to_vec();
             Ok::<_, std::io::Error>((bytes, sha256))
         })
         .await
-        .map_err(network)?
         .map_err(network)?;
         let chunks =
             snapshot_chunks(&self.route, &vote, &snapshot.meta, loaded).map_err(network)?;

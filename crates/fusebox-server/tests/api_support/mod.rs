@@ -184,4 +184,12 @@ impl Backend for Follower {
     fn leader(&self) -> Option<(u64, String)> {
         self.leader_addr.clone().map(|a| (1, a))
     }
+
+    fn now_ms(&self) -> u64 {
+        self.local.now_ms()
+    }
+
+    fn net(&self) -> fusebox_proto::net::Net {
+        self.local.net()
+    }
 }

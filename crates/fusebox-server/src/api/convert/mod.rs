@@ -18,7 +18,6 @@ use super::{LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX};
 use fusebox_core::limits::{ID_BYTES_MAX, LIST_LIMIT_MAX};
 use fusebox_core::{CoreError, Namespace};
 use fusebox_proto::v1::RequestMeta;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::Status;
 
 /// The request's namespace, validated.
@@ -122,14 +121,6 @@ pub fn number_token(field: &str, token: &str) -> Result<Option<u64>, Status> {
     token.parse().map(Some).map_err(|_| {
         status::invalid_argument(field, "page_token", "is not a token this server issued")
     })
-}
-
-/// This node's wall clock, in Unix milliseconds (heartbeats and read-time
-/// views; the state machine itself never reads it).
-pub fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

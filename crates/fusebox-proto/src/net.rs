@@ -1,0 +1,119 @@
+//! How Fusebox's gRPC traffic reaches the network: real TCP, or a network
+//! supplied by the embedder (the deterministic simulation runs every node
+//! and replica over turmoil's simulated TCP).
+//!
+//! Every channel the server and the SDK open goes through [`Net::channel`],
+//! and every listener through [`Net::bind`], so one value decides where all
+//! of a process's connections go. Production uses [`Net::Tcp`].
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// One byte stream, in either direction.
+pub trait Conn: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Conn for T {}
+
+/// A connection of any network.
+pub type BoxConn = Box<dyn Conn>;
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A bound listener of any network.
+pub trait Listener: Send + 'static {
+    /// The next incoming connection and its peer's address.
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxConn, SocketAddr)>>;
+    /// The address it is bound to.
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// A network other than the machine's TCP stack.
+pub trait Network: Send + Sync + 'static {
+    /// Connects to `host:port`.
+    fn connect(&self, host: String, port: u16) -> BoxFuture<'static, io::Result<BoxConn>>;
+    /// Binds a listener on `addr`.
+    fn bind(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn Listener>>>;
+}
+
+/// Where connections go.
+#[derive(Clone, Default)]
+pub enum Net {
+    /// The machine's TCP stack.
+    #[default]
+    Tcp,
+    /// A network the embedder supplies.
+    Custom(Arc<dyn Network>),
+}
+
+impl fmt::Debug for Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Net::Tcp => f.write_str("Tcp"),
+            Net::Custom(_) => f.write_str("Custom"),
+        }
+    }
+}
+
+struct TcpListener(tokio::net::TcpListener);
+
+impl Listener for TcpListener {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxConn, SocketAddr)>> {
+        Box::pin(async move {
+            let (stream, peer) = self.0.accept().await?;
+            // Small RPCs (votes, heartbeats, admissions) must not wait on
+            // Nagle's algorithm.
+            stream.set_nodelay(true)?;
+            Ok((Box::new(stream) as BoxConn, peer))
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+impl Net {
+    /// A lazily connected channel to `endpoint`: nothing is dialed until the
+    /// first call, and a broken connection is re-dialed on the next one.
+    pub fn channel(&self, endpoint: Endpoint) -> Channel {
+        match self {
+            Net::Tcp => endpoint.tcp_nodelay(true).connect_lazy(),
+            Net::Custom(network) => {
+                let network = network.clone();
+                let connector = tower::service_fn(move |uri: Uri| {
+                    let network = network.clone();
+                    async move {
+                        let host = uri.host().unwrap_or_default().to_owned();
+                        let default_port = if uri.scheme_str() == Some("https") {
+                            443
+                        } else {
+                            80
+                        };
+                        let port = uri.port_u16().unwrap_or(default_port);
+                        let conn = network.connect(host, port).await?;
+                        Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(conn))
+                    }
+                });
+                endpoint.connect_with_connector_lazy(connector)
+            }
+        }
+    }
+
+    /// Binds a listener on `addr`.
+    pub async fn bind(&self, addr: SocketAddr) -> io::Result<Box<dyn Listener>> {
+        match self {
+            Net::Tcp => {
+                let listener = tokio::net::TcpListener::bind(addr).await?;
+                Ok(Box::new(TcpListener(listener)))
+            }
+            Net::Custom(network) => network.bind(addr).await,
+        }
+    }
+}
