@@ -36,6 +36,14 @@ pub(crate) struct Pass {
     pub(crate) permit: Option<Permit>,
 }
 
+impl Pass {
+    /// The call is a probe under a fleet-wide permit (a local permit, taken
+    /// while the view is stale, is not one).
+    pub(crate) fn holds_cluster_permit(&self) -> bool {
+        matches!(self.permit, Some(Permit::Cluster(_)))
+    }
+}
+
 /// How one attempt ended.
 pub(crate) enum AttemptEnd<T> {
     /// The tool answered (success or a classified failure).
@@ -100,7 +108,7 @@ impl Client {
             attempt += 1;
             let pass = self.pass_gate(journey, tool, &policy).await?;
             let (circuit_state, degraded) = (pass.decision.state, pass.decision.degraded);
-            let probe = pass.permit.is_some();
+            let probe = pass.holds_cluster_permit();
             let deadline = journey.deadline(self.tool_timeout(tool, &policy), Layer::Tool);
             let ctx = self.context(journey, attempt, deadline, None, probe);
             let (end, elapsed) = self

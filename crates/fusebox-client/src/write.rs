@@ -153,7 +153,7 @@ impl Client {
                 }
             };
             bump(&self.inner.metrics.writes_started);
-            let probe = pass.permit.is_some();
+            let probe = pass.holds_cluster_permit();
             let mut ctx =
                 self.context(journey, attempt, deadline, Some(request.key.clone()), probe);
             ctx.tool_call_id = attempt_id.clone();

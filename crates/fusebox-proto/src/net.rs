@@ -12,8 +12,14 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::transport::{Channel, Endpoint, Uri};
+
+/// How often an HTTP/2 connection is pinged.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long an unanswered ping may wait before the connection is dropped.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One byte stream, in either direction.
 pub trait Conn: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -82,7 +88,17 @@ impl Listener for TcpListener {
 impl Net {
     /// A lazily connected channel to `endpoint`: nothing is dialed until the
     /// first call, and a broken connection is re-dialed on the next one.
+    ///
+    /// The connection is pinged every [`KEEPALIVE_INTERVAL`] (idle or not)
+    /// and dropped when a ping goes unanswered for [`KEEPALIVE_TIMEOUT`]: a
+    /// connection that silently stopped delivering (a half-open TCP
+    /// connection, a peer that vanished) would otherwise hold every later
+    /// call on it, and the channel would never dial again.
     pub fn channel(&self, endpoint: Endpoint) -> Channel {
+        let endpoint = endpoint
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         match self {
             Net::Tcp => endpoint.tcp_nodelay(true).connect_lazy(),
             Net::Custom(network) => {

@@ -11,7 +11,7 @@ use fusebox_core::breaker::BreakerView;
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_core::Namespace;
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use tokio::sync::broadcast;
 
 /// Events kept for resuming watchers.
@@ -68,7 +68,9 @@ pub struct WatchStart {
 /// Fans applied events out to watchers and remembers recent ones.
 pub struct WatchHub {
     history: Mutex<VecDeque<WatchEvent>>,
-    tx: broadcast::Sender<WatchEvent>,
+    /// Replaced when a snapshot is installed, which closes every live
+    /// subscription.
+    tx: Mutex<broadcast::Sender<WatchEvent>>,
 }
 
 impl Default for WatchHub {
@@ -76,7 +78,7 @@ impl Default for WatchHub {
         let (tx, _) = broadcast::channel(WATCH_CHANNEL_CAPACITY);
         WatchHub {
             history: Mutex::new(VecDeque::new()),
-            tx,
+            tx: Mutex::new(tx),
         }
     }
 }
@@ -100,17 +102,26 @@ impl WatchHub {
                 history.push_back(event.clone());
             }
         }
+        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         for event in events {
             // No receivers is fine: nobody is watching.
-            let _ = self.tx.send(event.clone());
+            let _ = tx.send(event.clone());
         }
     }
 
-    /// Forgets history (after installing a snapshot, revisions may jump).
+    /// After a snapshot was installed: the state may have jumped several
+    /// revisions whose events were never published here. History is
+    /// forgotten, and every live subscription is closed (its stream ends
+    /// with UNAVAILABLE), so each watcher comes back from its last revision
+    /// and, finding no backlog, gets a fresh snapshot. Without the close, a
+    /// watcher would wait on revisions that will never be published while
+    /// heartbeats kept its stale view looking fresh.
     pub fn reset(&self) {
         if let Ok(mut history) = self.history.lock() {
             history.clear();
         }
+        let (fresh, _) = broadcast::channel(WATCH_CHANNEL_CAPACITY);
+        *self.tx.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
     }
 
     /// Subscribes; call with the state lock held so nothing slips between.
@@ -120,7 +131,11 @@ impl WatchHub {
         namespace: &Namespace,
         from_revision: Option<u64>,
     ) -> WatchStart {
-        let events = self.tx.subscribe();
+        let events = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .subscribe();
         let backlog = from_revision.and_then(|r| self.backlog_after(state, namespace, r));
         let resync_required = from_revision.is_some() && backlog.is_none();
         let snapshot = backlog
@@ -160,5 +175,25 @@ impl WatchHub {
                 .cloned()
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::broadcast::error::TryRecvError;
+
+    #[test]
+    fn installing_a_snapshot_closes_live_subscriptions_and_forgets_history() {
+        let hub = WatchHub::new();
+        let state: SharedStateMachine = fusebox_core::machine::StateMachine::new()
+            .map_ledger(|l| Box::new(l) as fusebox_core::ledger::BoxedLedger);
+        let ns = Namespace::new("fleet").expect("valid name");
+        let mut live = hub.subscribe(&state, &ns, None).events;
+        hub.reset();
+        assert_eq!(live.try_recv(), Err(TryRecvError::Closed));
+        // A new subscription after the reset is live again.
+        let mut fresh = hub.subscribe(&state, &ns, None).events;
+        assert_eq!(fresh.try_recv(), Err(TryRecvError::Empty));
     }
 }

@@ -20,6 +20,19 @@ pub struct NodeEnv {
     pub clock: Clock,
     /// Seeds openraft's randomness (election timeouts, tick phase).
     pub raft_seed: u64,
+    /// Bugs to inject, so the simulation can show its checkers catch them.
+    /// Production never sets any.
+    pub bugs: InjectedBugs,
+}
+
+/// Real bugs a node can be told to have, one switch each (all off by
+/// default). They exist only so the deterministic simulation can prove that
+/// its invariant checkers fail when the product is wrong.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InjectedBugs {
+    /// Answer linearizable reads from the local state without confirming
+    /// leadership first: a deposed leader then serves stale ledger records.
+    pub skip_read_linearizer: bool,
 }
 
 impl fmt::Debug for NodeEnv {
@@ -27,6 +40,7 @@ impl fmt::Debug for NodeEnv {
         f.debug_struct("NodeEnv")
             .field("net", &self.net)
             .field("raft_seed", &self.raft_seed)
+            .field("bugs", &self.bugs)
             .finish_non_exhaustive()
     }
 }
@@ -46,6 +60,7 @@ impl NodeEnv {
             net: Net::Tcp,
             clock: Arc::new(system_clock_ms),
             raft_seed: std::hash::BuildHasher::hash_one(&seed, system_clock_ms()),
+            bugs: InjectedBugs::default(),
         }
     }
 

@@ -11,5 +11,5 @@ pub mod start;
 
 pub use backend::RaftBackend;
 pub use config::{NodeConfig, Timing};
-pub use env::{Clock, NodeEnv};
+pub use env::{Clock, InjectedBugs, NodeEnv};
 pub use start::{start, start_in, RunningNode, StartError};

@@ -1,0 +1,134 @@
+//! Invariant checkers. [`Watcher`] runs between simulation steps on what
+//! the nodes hold; [`ledger`] judges the replicas' ledger histories at the
+//! end of a run.
+
+pub mod ledger;
+pub mod ledger_model;
+pub mod linearizability;
+
+use crate::tools::{CONCURRENT_PROBES, NS};
+use crate::world::World;
+use fusebox_core::breaker::BreakerKey;
+use fusebox_core::Namespace;
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
+use std::collections::BTreeMap;
+
+/// Raft and state checks over the nodes, run between steps.
+#[derive(Debug, Default)]
+pub struct Watcher {
+    /// The leader seen for each term.
+    leaders: BTreeMap<u64, u64>,
+    /// The state digest seen at each applied index.
+    digests: BTreeMap<u64, (u64, String)>,
+    /// The highest generation each node showed for each breaker.
+    generations: BTreeMap<(u64, BreakerKey), u64>,
+    /// Digest comparisons made.
+    pub digest_checks: u64,
+}
+
+impl Watcher {
+    /// One leader per term: no two nodes lead in the same term.
+    pub fn check_leaders(&mut self, world: &World, now_ms: u64) {
+        for (id, backend) in world.running() {
+            let m = backend.raft.metrics().borrow_watched().clone();
+            if m.state != ServerState::Leader {
+                continue;
+            }
+            match self.leaders.get(&m.current_term) {
+                Some(&other) if other != id => world.violate(
+                    now_ms,
+                    "one leader per term",
+                    format!("n{other} and n{id} both lead term {}", m.current_term),
+                ),
+                Some(_) => {}
+                None => {
+                    world.log_at(
+                        now_ms,
+                        "raft",
+                        format!("n{id} leads term {}", m.current_term),
+                    );
+                    self.leaders.insert(m.current_term, id);
+                }
+            }
+        }
+    }
+
+    /// Nodes at the same applied index hold the same state; breaker
+    /// generations never go back on any node; no node counts more live
+    /// probe permits than the policy allows.
+    pub fn check_state(&mut self, world: &World, now_ms: u64) {
+        let Ok(ns) = Namespace::new(NS) else {
+            return;
+        };
+        for (id, backend) in world.running() {
+            let Some(applied) = backend.state.last_applied() else {
+                continue;
+            };
+            let (digest, breakers) = backend.state.with_state(|s| {
+                let breakers: Vec<_> = s
+                    .breakers_in(&ns)
+                    .map(|(key, _)| (key.clone(), s.view(key)))
+                    .collect();
+                (s.digest(), breakers)
+            });
+            let digest = match digest {
+                Ok(d) => d,
+                Err(e) => {
+                    world.violate(now_ms, "state digest", format!("n{id}: {e}"));
+                    continue;
+                }
+            };
+            self.digest_checks += 1;
+            match self.digests.get(&applied.index) {
+                Some((other, seen)) if *seen != digest => world.violate(
+                    now_ms,
+                    "same index, same state",
+                    format!(
+                        "n{id} and n{other} differ at applied index {}",
+                        applied.index
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    self.digests.insert(applied.index, (id, digest));
+                }
+            }
+            for (key, view) in breakers {
+                let seen = self.generations.entry((id, key.clone())).or_default();
+                if view.generation < *seen {
+                    world.violate(
+                        now_ms,
+                        "generations only grow",
+                        format!(
+                            "n{id}: {key:?} went from generation {seen} to {}",
+                            view.generation
+                        ),
+                    );
+                }
+                *seen = (*seen).max(view.generation);
+                if view.live_probes > CONCURRENT_PROBES {
+                    world.violate(
+                        now_ms,
+                        "probe permits",
+                        format!("n{id}: {key:?} has {} live probe permits", view.live_probes),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The highest revision any running node has applied.
+    pub fn cluster_revision(world: &World) -> Option<u64> {
+        world
+            .running()
+            .iter()
+            .map(|(_, b)| b.state.with_state(|s| s.revision()))
+            .max()
+    }
+
+    /// Distinct terms that had a leader.
+    pub fn terms(&self) -> usize {
+        self.leaders.len()
+    }
+}

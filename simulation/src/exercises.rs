@@ -1,0 +1,431 @@
+//! The runbook's exercises (seed 003) and seed 000's one slow tool out of
+//! twenty, as scripted workloads with the outcome each one expects.
+//!
+//! Each replica plays turns of its scenario; what the turns see is counted
+//! in the world, and [`judge`] compares the counts with the exercise's
+//! expectation at the end of the run. An unmet expectation is a violation
+//! like any broken invariant.
+
+use crate::agents::Replica;
+use crate::scenario::Scenario;
+use crate::tools::{self, Behaviour, CONCURRENT_PROBES};
+use crate::world::{sim_ms, World};
+use fusebox_client::{ClientError, Journey, ToolFailure, ToolRef, WriteRequest, WriteSuccess};
+use std::time::Duration;
+
+/// When the dependency of `sustained_dependency_failure` starts failing.
+pub const OUTAGE_FROM_MS: u64 = 3_000;
+/// How long it fails (the runbook's 90 s).
+pub const OUTAGE_MS: u64 = 90_000;
+/// When the tax tool of `one_slow_of_twenty` turns slow.
+pub const SLOW_FROM_MS: u64 = 4_000;
+
+/// The twenty tools of seed 000's agent: internal services, search, a few
+/// third-party servers; `tax/tax_lookup` is the one that turns slow.
+pub const TWENTY: [(&str, &str); 20] = [
+    ("accounts", "get_account"),
+    ("accounts", "list_invoices"),
+    ("accounts", "get_plan"),
+    ("accounts", "get_usage"),
+    ("accounts", "get_contacts"),
+    ("search", "search_docs"),
+    ("search", "search_tickets"),
+    ("enrich", "company"),
+    ("enrich", "person"),
+    ("enrich", "domain"),
+    ("enrich", "social"),
+    ("geo", "geocode"),
+    ("geo", "reverse_geocode"),
+    ("geo", "timezone"),
+    ("tax", "tax_lookup"),
+    ("tax", "tax_rates"),
+    ("crm", "get_deal"),
+    ("crm", "get_notes"),
+    ("crm", "get_owner"),
+    ("crm", "get_stage"),
+];
+
+fn tool(server: &str, name: &str) -> Option<ToolRef> {
+    ToolRef::new(server, name).ok()
+}
+
+/// Plays one turn of the replica's scenario.
+pub(crate) async fn turn(replica: &mut Replica) {
+    match replica.scenario {
+        Scenario::Chaos => {}
+        Scenario::ReadTransient503 => read_transient_503(replica).await,
+        Scenario::WriteResponseLostAfterAccept => write_response_lost(replica).await,
+        Scenario::SustainedDependencyFailure => sustained_failure(replica).await,
+        Scenario::BudgetExhausted => budget_exhausted(replica).await,
+        Scenario::OneSlowOfTwenty => one_slow_of_twenty(replica).await,
+        Scenario::IsolatedLeaderReads => {
+            let key = replica.contended_key(2);
+            if replica.rng.bool() {
+                replica.begin_and_complete(&key).await;
+            } else {
+                replica.lookup(&key).await;
+            }
+        }
+    }
+}
+
+/// `get_deployment_job` answers 503 to the first attempt of every call and
+/// succeeds on the second: every call succeeds in exactly two attempts.
+async fn read_transient_503(replica: &mut Replica) {
+    let Some(job) = tool("deploy", "get_deployment_job") else {
+        return;
+    };
+    let journey = replica.journey();
+    let world = replica.world.clone();
+    let called = replica
+        .client
+        .call(&journey, &job, |ctx| {
+            let (world, job) = (world.clone(), job.clone());
+            async move {
+                let behaviour = Behaviour::server_error_if(ctx.attempt == 1, 20);
+                tools::run(&world, &job, &ctx, behaviour).await
+            }
+        })
+        .await;
+    match called {
+        Ok(out) if out.attempts == 2 => replica.world.count("transient: answered on attempt 2"),
+        Ok(out) => {
+            replica.world.count("transient: other attempts");
+            replica.world.log(
+                &replica.name,
+                format!("answered after {} attempts", out.attempts),
+            );
+        }
+        Err(e) => {
+            replica.world.count("transient: failed");
+            replica.world.log(&replica.name, format!("failed: {e}"));
+        }
+    }
+}
+
+/// `restart_deployment_job` is accepted by the backend, but its response
+/// never arrives: the SDK must not retry it, the agent's own retry of the
+/// same intent must not run it again, and the key must be looked up.
+async fn write_response_lost(replica: &mut Replica) {
+    let Some(restart) = tool("deploy", "restart_deployment_job") else {
+        return;
+    };
+    let key = format!("restart-{}-{}", replica.name, replica.ops);
+    let request = WriteRequest::new(restart.clone(), &key, "job-7", key.as_bytes());
+    let mut reached = false;
+    for agent_try in 1..=2 {
+        let journey = replica.journey();
+        let (world, k) = (replica.world.clone(), key.clone());
+        let written = replica
+            .client
+            .write(&journey, &request, |_ctx| {
+                let (world, k) = (world.clone(), k.clone());
+                async move {
+                    // The backend accepts and performs the restart...
+                    *world.write_runs.borrow_mut().entry(k).or_default() += 1;
+                    // ...and the response is lost.
+                    std::future::pending::<()>().await;
+                    Ok::<WriteSuccess, ToolFailure>(WriteSuccess {
+                        operation_id: String::new(),
+                        result: Vec::new(),
+                    })
+                }
+            })
+            .await;
+        let what = match &written {
+            Ok(_) => "succeeded".to_string(),
+            Err(e) => e.kind().to_string(),
+        };
+        reached |= replica.world.write_runs.borrow().contains_key(&key);
+        if agent_try == 1 && !reached {
+            // Refused before it was sent (the breaker opened on the
+            // timeouts): nothing to look up.
+            replica.world.count("lost response: refused before sending");
+            replica
+                .world
+                .log(&replica.name, format!("restart {key}: {what}, never sent"));
+            return;
+        }
+        replica.world.log(
+            &replica.name,
+            format!("restart {key}, try {agent_try}: {what}"),
+        );
+        if written.is_ok() {
+            replica
+                .world
+                .count("lost response: a write reported success");
+        }
+    }
+    match replica.client.lookup(&key).await {
+        Ok(record) => {
+            replica.world.count("lost response: looked up by key");
+            replica.world.log(
+                &replica.name,
+                format!("lookup {key}: status {}", record.status),
+            );
+        }
+        Err(e) => {
+            replica.world.count("lost response: lookup failed");
+            replica
+                .world
+                .log(&replica.name, format!("lookup {key}: {e}"));
+        }
+    }
+}
+
+/// `get_deployment_job` answers 503 for 90 s: the breaker opens fleet-wide,
+/// one probe at a time tests it, and no write is made in its stead.
+async fn sustained_failure(replica: &mut Replica) {
+    let Some(job) = tool("deploy", "get_deployment_job") else {
+        return;
+    };
+    let journey = replica.journey();
+    let world = replica.world.clone();
+    let started = sim_ms();
+    let failing = (OUTAGE_FROM_MS..OUTAGE_FROM_MS + OUTAGE_MS).contains(&started);
+    let called = replica
+        .client
+        .call(&journey, &job, |ctx| {
+            let (world, job) = (world.clone(), job.clone());
+            async move {
+                world.count("outage: backend calls");
+                let behaviour = Behaviour::server_error_if(failing, 20);
+                tools::run(&world, &job, &ctx, behaviour).await
+            }
+        })
+        .await;
+    let name = match (&called, failing) {
+        (Err(ClientError::CircuitOpen { .. }), true) => "outage: rejected by the open breaker",
+        (Err(ClientError::CircuitOpen { .. }), false) => "outage: rejected after the outage",
+        (Err(_), true) => "outage: failed during the outage",
+        (Ok(_), true) => "outage: succeeded during the outage",
+        (Ok(_), false) => "outage: succeeded outside the outage",
+        (Err(_), false) => "outage: failed outside the outage",
+    };
+    replica.world.count(name);
+    if sim_ms() > OUTAGE_FROM_MS + OUTAGE_MS + 10_000 && called.is_ok() {
+        replica.world.count("outage: recovered");
+    }
+}
+
+/// `get_deployment_job` is slow (5 s) and the turn's budget is 1.6 s with
+/// 0.5 s kept for the answer: the call times out at its own deadline, no
+/// retry is started that the budget cannot finish, the error names the
+/// layer, and the tool saw the turn's correlation id.
+async fn budget_exhausted(replica: &mut Replica) {
+    let Some(job) = tool("deploy", "get_deployment_job") else {
+        return;
+    };
+    let intent = format!("{}-turn-{}", replica.name, replica.ops);
+    let journey = Journey::new(
+        intent.clone(),
+        Duration::from_millis(1_600),
+        Duration::from_millis(500),
+    );
+    let world = replica.world.clone();
+    let called = replica
+        .client
+        .call(&journey, &job, |ctx| {
+            let (world, job, intent) = (world.clone(), job.clone(), intent.clone());
+            async move {
+                world.count("budget: attempts");
+                if ctx.intent_id == intent && !ctx.tool_call_id.is_empty() {
+                    world.count("budget: correlation id seen by the tool");
+                }
+                tools::run(&world, &job, &ctx, Behaviour::Healthy { ms: 5_000 }).await
+            }
+        })
+        .await;
+    replica.world.count("budget: turns");
+    match &called {
+        Err(ClientError::Timeout { layer, .. }) => {
+            replica.world.count("budget: timeout with its layer");
+            replica.world.log(
+                &replica.name,
+                format!("timed out at the {} layer", layer.as_str()),
+            );
+        }
+        Err(ClientError::BudgetExhausted { .. }) => replica.world.count("budget: exhausted"),
+        // The timeouts open the breaker; a rejected call costs no budget.
+        Err(ClientError::CircuitOpen { .. }) => {
+            replica.world.count("budget: rejected by the breaker")
+        }
+        Err(e) => {
+            replica.world.count("budget: other error");
+            replica.world.log(&replica.name, format!("unexpected: {e}"));
+        }
+        Ok(_) => replica.world.count("budget: other error"),
+    }
+    // Wait out the slow call's tail so turns do not overlap.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+/// Seed 000: twenty tools, one turns slow. A turn calls six of them in a
+/// row under a 5 s budget; after the tax tool's breaker opens, turns stay
+/// fast and no other tool fails.
+async fn one_slow_of_twenty(replica: &mut Replica) {
+    let turn_started = sim_ms();
+    let journey = Journey::new(
+        format!("{}-turn-{}", replica.name, replica.ops),
+        Duration::from_secs(5),
+        Duration::from_millis(200),
+    );
+    for _ in 0..6 {
+        let (server, name) = TWENTY[replica.rng.usize(0..TWENTY.len())];
+        let Some(t) = tool(server, name) else {
+            continue;
+        };
+        let slow = name == "tax_lookup" && sim_ms() >= SLOW_FROM_MS;
+        let ms = replica.rng.u64(20..300);
+        let behaviour = if slow {
+            Behaviour::Healthy { ms: 40_000 }
+        } else {
+            Behaviour::Healthy { ms }
+        };
+        let world = replica.world.clone();
+        let called = replica
+            .client
+            .call(&journey, &t, |ctx| {
+                let (world, t) = (world.clone(), t.clone());
+                async move { tools::run(&world, &t, &ctx, behaviour).await }
+            })
+            .await;
+        let counter = match (&called, name == "tax_lookup") {
+            (Ok(_), false) => "twenty: other tools ok",
+            (Err(ClientError::BudgetExhausted { .. }), false) => {
+                "twenty: other tools out of budget"
+            }
+            (Err(_), false) => "twenty: other tools failed",
+            (Ok(_), true) => "twenty: tax ok",
+            (Err(ClientError::CircuitOpen { .. }), true) => "twenty: tax rejected fast",
+            (Err(_), true) => "twenty: tax failed",
+        };
+        replica.world.count(counter);
+        if counter == "twenty: other tools failed" {
+            let what = called.err().map(|e| e.to_string()).unwrap_or_default();
+            replica
+                .world
+                .log(&replica.name, format!("{server}/{name}: {what}"));
+        }
+    }
+    let took = sim_ms() - turn_started;
+    // Once the breaker had time to open (four timeouts, then the view),
+    // no turn waits on the slow tool for long.
+    if turn_started >= SLOW_FROM_MS + 10_000 {
+        replica
+            .world
+            .count("twenty: turns after the breaker opened");
+        if took > 2_500 {
+            replica
+                .world
+                .count("twenty: slow turns after the breaker opened");
+            replica
+                .world
+                .log(&replica.name, format!("turn took {took} ms"));
+        }
+    }
+}
+
+fn counter(world: &World, name: &str) -> u64 {
+    world.counters.borrow().get(name).copied().unwrap_or(0)
+}
+
+/// Checks the scenario's expectations at the end of the run.
+pub fn judge(world: &World, scenario: Scenario, end_ms: u64) {
+    let expect = |ok: bool, what: &str| {
+        if !ok {
+            world.violate(
+                end_ms,
+                "exercise expectation",
+                format!("{scenario}: {what}"),
+            );
+        }
+    };
+    let writes: u32 = world.write_runs.borrow().values().sum();
+    match scenario {
+        Scenario::Chaos | Scenario::IsolatedLeaderReads => {}
+        Scenario::ReadTransient503 => {
+            expect(
+                counter(world, "transient: answered on attempt 2") > 0,
+                "no call answered on its second attempt",
+            );
+            expect(
+                counter(world, "transient: other attempts") + counter(world, "transient: failed")
+                    == 0,
+                "a call did not answer in exactly two attempts",
+            );
+            expect(writes == 0, "a backend write was made");
+        }
+        Scenario::WriteResponseLostAfterAccept => {
+            let runs = world.write_runs.borrow();
+            expect(!runs.is_empty(), "no restart reached the backend");
+            expect(
+                runs.values().all(|n| *n == 1),
+                "a restart ran more than once (an automatic or repeated retry)",
+            );
+            expect(
+                counter(world, "lost response: a write reported success") == 0,
+                "a write whose response was lost reported success",
+            );
+            expect(
+                counter(world, "lost response: looked up by key") > 0
+                    && counter(world, "lost response: lookup failed") == 0,
+                "the operation could not be looked up by its idempotency key",
+            );
+        }
+        Scenario::SustainedDependencyFailure => {
+            let max = world
+                .probes
+                .borrow()
+                .get("deploy/get_deployment_job")
+                .map_or(0, |g| g.max);
+            expect(
+                counter(world, "outage: rejected by the open breaker") > 0,
+                "the breaker never opened",
+            );
+            expect(max >= 1, "the open breaker was never probed");
+            expect(max <= CONCURRENT_PROBES, "more than one probe at a time");
+            expect(writes == 0, "a write was made in the read's stead");
+            expect(
+                counter(world, "outage: recovered") > 0,
+                "calls did not succeed again after the outage",
+            );
+        }
+        Scenario::BudgetExhausted => {
+            let turns = counter(world, "budget: turns");
+            expect(turns > 0, "no turn ran");
+            expect(
+                counter(world, "budget: attempts") <= turns,
+                "a retry was started that the budget could not finish",
+            );
+            expect(
+                counter(world, "budget: timeout with its layer") > 0,
+                "no turn timed out",
+            );
+            expect(
+                counter(world, "budget: other error") == 0,
+                "a turn ended in neither a timeout naming its layer nor the open breaker",
+            );
+            expect(
+                counter(world, "budget: correlation id seen by the tool")
+                    == counter(world, "budget: attempts"),
+                "the tool did not see the turn's correlation id",
+            );
+        }
+        Scenario::OneSlowOfTwenty => {
+            expect(
+                counter(world, "twenty: tax rejected fast") > 0,
+                "the slow tool's breaker never opened",
+            );
+            expect(
+                counter(world, "twenty: other tools failed") == 0,
+                "a healthy tool failed while one tool was slow",
+            );
+            expect(
+                counter(world, "twenty: turns after the breaker opened") > 0
+                    && counter(world, "twenty: slow turns after the breaker opened") == 0,
+                "turns stayed slow after the breaker opened",
+            );
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The simulation's CI batch, through the `fusebox-simulation` binary (each
+//! run in its own process, as a batch runs them, so a failure here replays
+//! with the command it prints): a bounded set of chaos seeds, a determinism
+//! check, every named exercise, and proof that the checkers fail when the
+//! product is wrong. A long batch is `cargo run -p fusebox-simulation
+//! --release -- --seeds 0..1000` (see the README).
+
+use std::process::{Command, Output};
+
+/// The chaos seeds CI runs (each simulates about 27 s).
+const CI_SEEDS: &str = "0..4";
+
+fn simulation(args: &[&str]) -> (bool, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(env!("CARGO_BIN_EXE_fusebox-simulation"))
+        .args(args)
+        .output()
+        .expect("the simulation binary runs");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    (status.success(), text)
+}
+
+/// The report lines of an output (not the trace), for failure messages.
+fn report(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with('['))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_batch_of_chaos_seeds_keeps_every_invariant() {
+    let (ok, text) = simulation(&["--seeds", CI_SEEDS]);
+    assert!(ok, "{}", report(&text));
+    assert!(text.contains("every seed passed"), "{}", report(&text));
+    let faults = text
+        .lines()
+        .find(|l| l.starts_with("faults exercised:"))
+        .unwrap_or_default();
+    for kind in ["partition", "crash and restart", "leader isolation"] {
+        assert!(faults.contains(kind), "{kind} never exercised: {faults}");
+    }
+}
+
+#[test]
+fn one_seed_replays_the_same_run() {
+    let (ok, text) = simulation(&["--seed", "11", "--determinism"]);
+    assert!(
+        text.contains("have the same trace digest"),
+        "{}",
+        report(&text)
+    );
+    assert!(ok, "{}", report(&text));
+}
+
+#[test]
+fn every_exercise_meets_its_expectation() {
+    for scenario in [
+        "read_transient_503",
+        "write_response_lost_after_accept",
+        "sustained_dependency_failure",
+        "budget_exhausted",
+        "one_slow_of_twenty",
+        "isolated_leader_reads",
+    ] {
+        let (ok, text) = simulation(&["--seed", "1", "--scenario", scenario, "--summary-only"]);
+        assert!(ok, "{scenario}:\n{}", report(&text));
+    }
+}
+
+#[test]
+fn the_ledger_checker_catches_a_leader_answering_reads_unconfirmed() {
+    let caught = (1..=4).find(|seed| {
+        let seed = seed.to_string();
+        let (ok, text) = simulation(&[
+            "--seed",
+            &seed,
+            "--scenario",
+            "isolated_leader_reads",
+            "--inject-stale-reads",
+            "--summary-only",
+        ]);
+        !ok && text.contains("ledger linearizable")
+    });
+    assert!(
+        caught.is_some(),
+        "no seed of isolated_leader_reads caught a stale leader serving ledger reads"
+    );
+}
