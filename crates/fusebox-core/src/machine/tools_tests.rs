@@ -159,18 +159,10 @@ fn import_stores_valid_fresh_blocks_and_says_why_others_are_not() {
 #[test]
 fn effect_is_derived_from_hints_only_where_the_policy_is_silent() {
     let mut sm = StateMachine::new();
-    let policy = "[servers.docs.tools.write_page]\neffect = \"idempotent_write\"\n";
-    let document = PolicyDocument::parse(policy, PolicyFormat::Toml).unwrap();
-    let apply = Command::ApplyPolicy {
-        namespace: ns(),
-        document: Box::new(document),
-        actor: "ops".into(),
-        reason: String::new(),
-    };
-    assert!(!matches!(
-        sm.apply(&apply, now()).answer,
-        Answer::Rejected(_)
-    ));
+    apply_policy(
+        &mut sm,
+        "[servers.docs.tools.write_page]\neffect = \"idempotent_write\"\n",
+    );
     let idempotent = McpHints {
         read_only: Some(false),
         idempotent: Some(true),
