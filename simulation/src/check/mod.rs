@@ -10,15 +10,19 @@ use crate::tools::{CONCURRENT_PROBES, NS};
 use crate::world::World;
 use fusebox_core::breaker::BreakerKey;
 use fusebox_core::Namespace;
+use fusebox_raft_store::Vote;
 use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 /// Raft and state checks over the nodes, run between steps.
 #[derive(Debug, Default)]
 pub struct Watcher {
-    /// The leader seen for each term.
-    leaders: BTreeMap<u64, u64>,
+    /// The leader seen under each vote (term, candidate).
+    leaders: BTreeMap<(u64, u64), u64>,
+    /// Each node's last vote.
+    votes: BTreeMap<u64, Vote>,
     /// The state digest seen at each applied index.
     digests: BTreeMap<u64, (u64, String)>,
     /// The highest generation each node showed for each breaker.
@@ -28,18 +32,36 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// One leader per term: no two nodes lead in the same term.
+    /// Raft's election invariants as openraft keeps them. openraft's
+    /// leader ids are "advanced": a vote is (term, candidate), ordered
+    /// lexicographically, so two nodes may each lead in one term under
+    /// different votes (n2 then n3 in term 1), which the classic "one
+    /// leader per term" would wrongly call a violation. What must hold is
+    /// that one vote has at most one leader (two nodes leading under the
+    /// same committed vote), and that a node's vote never goes back, not
+    /// even across a crash (votes are synced before they are answered).
     pub fn check_leaders(&mut self, world: &World, now_ms: u64) {
         for (id, backend) in world.running() {
             let m = backend.raft.metrics().borrow_watched().clone();
+            if let Some(last) = self.votes.get(&id) {
+                if m.vote.partial_cmp(last) == Some(Ordering::Less) {
+                    world.violate(
+                        now_ms,
+                        "votes only grow",
+                        format!("n{id}'s vote went from {last} to {}", m.vote),
+                    );
+                }
+            }
+            self.votes.insert(id, m.vote);
             if m.state != ServerState::Leader {
                 continue;
             }
-            match self.leaders.get(&m.current_term) {
+            let leader_of = (m.vote.leader_id.term, m.vote.leader_id.node_id);
+            match self.leaders.get(&leader_of) {
                 Some(&other) if other != id => world.violate(
                     now_ms,
-                    "one leader per term",
-                    format!("n{other} and n{id} both lead term {}", m.current_term),
+                    "one leader per vote",
+                    format!("n{other} and n{id} both lead under vote {leader_of:?}"),
                 ),
                 Some(_) => {}
                 None => {
@@ -48,7 +70,7 @@ impl Watcher {
                         "raft",
                         format!("n{id} leads term {}", m.current_term),
                     );
-                    self.leaders.insert(m.current_term, id);
+                    self.leaders.insert(leader_of, id);
                 }
             }
         }
@@ -127,7 +149,7 @@ impl Watcher {
             .max()
     }
 
-    /// Distinct terms that had a leader.
+    /// Distinct votes (term, leader) that had a leader.
     pub fn terms(&self) -> usize {
         self.leaders.len()
     }

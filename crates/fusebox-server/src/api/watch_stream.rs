@@ -45,6 +45,14 @@ enum Wake {
     Quiet,
 }
 
+/// The refusal of a node outside the membership: watch another node.
+fn not_a_member() -> Status {
+    Status::unavailable(
+        "this node is not a member of the cluster (removed, or not yet added); its state \
+         is frozen, watch another node",
+    )
+}
+
 /// Subscribes and starts the pump; fails before the stream exists when the
 /// node cannot subscribe.
 pub async fn start<B: Backend>(
@@ -52,6 +60,9 @@ pub async fn start<B: Backend>(
     namespace: Namespace,
     from_revision: Option<u64>,
 ) -> Result<WatchEvents, Status> {
+    if !gateway.backend().is_member() {
+        return Err(not_a_member());
+    }
     let start = gateway
         .backend()
         .watch(namespace.clone(), from_revision)
@@ -223,6 +234,11 @@ impl<B: Backend> Pump<B> {
     }
 
     async fn heartbeat(&mut self) -> Result<bool, Stopped> {
+        // A node removed from the cluster stops receiving the log; its
+        // heartbeats would keep a frozen view looking fresh.
+        if !self.gateway.backend().is_member() {
+            return self.fail(not_a_member()).await;
+        }
         let beat = pb::WatchEvent {
             revision: self.last_sent,
             event: Some(Event::Heartbeat(pb::WatchHeartbeat {

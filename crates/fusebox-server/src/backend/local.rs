@@ -86,6 +86,10 @@ impl Backend for LocalBackend {
         system_clock_ms()
     }
 
+    fn is_member(&self) -> bool {
+        true
+    }
+
     fn net(&self) -> Net {
         Net::Tcp
     }

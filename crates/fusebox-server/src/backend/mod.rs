@@ -81,6 +81,10 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// This node's wall clock in Unix ms (heartbeats, read-time views).
     fn now_ms(&self) -> u64;
 
+    /// Whether this node is in the cluster's membership (a removed or
+    /// not-yet-added node stops receiving the log, so its state freezes).
+    fn is_member(&self) -> bool;
+
     /// Where this node's outgoing channels connect.
     fn net(&self) -> Net;
 }

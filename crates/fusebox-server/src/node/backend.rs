@@ -165,6 +165,15 @@ impl Backend for RaftBackend {
         self.env.now_ms()
     }
 
+    fn is_member(&self) -> bool {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&metrics.id)
+            .is_some()
+    }
+
     fn net(&self) -> Net {
         self.env.net.clone()
     }

@@ -189,6 +189,10 @@ impl Backend for Follower {
         self.local.now_ms()
     }
 
+    fn is_member(&self) -> bool {
+        true
+    }
+
     fn net(&self) -> fusebox_proto::net::Net {
         self.local.net()
     }
