@@ -18,6 +18,7 @@ use fusebox_core::policy::{OnPartition, ToolPolicy};
 use fusebox_core::OutcomeClass;
 use fusebox_proto::v1 as pb;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -98,11 +99,7 @@ impl Client {
         F: FnMut(CallContext) -> Fut,
         Fut: Future<Output = Result<T, ToolFailure>>,
     {
-        self.count_intent(journey);
-        let policy = self.inner.view.tool_policy(tool);
-        if policy.effect.is_write() {
-            self.refuse_if_blocked(tool)?;
-        }
+        let policy = self.open_intent(journey, tool)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -214,6 +211,21 @@ impl Client {
     }
 
     /// The context handed to one attempt.
+    /// Counts the intent and resolves the tool's policy; a write-effect tool
+    /// is refused here while the kill switch is on.
+    pub(crate) fn open_intent(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+    ) -> Result<Arc<ToolPolicy>, ClientError> {
+        self.count_intent(journey);
+        let policy = self.inner.view.tool_policy(tool);
+        if policy.effect.is_write() {
+            self.refuse_if_blocked(tool)?;
+        }
+        Ok(policy)
+    }
+
     pub(crate) fn context(
         &self,
         journey: &Journey,

@@ -126,12 +126,8 @@ impl Client {
         F: FnMut(CallContext) -> Fut,
         Fut: Future<Output = Result<WriteSuccess, ToolFailure>>,
     {
-        self.count_intent(journey);
         let tool = &request.tool;
-        let policy = self.inner.view.tool_policy(tool);
-        if policy.effect.is_write() {
-            self.refuse_if_blocked(tool)?;
-        }
+        let policy = self.open_intent(journey, tool)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
