@@ -44,14 +44,10 @@ pub(crate) fn key_to_proto(key: &BreakerKey) -> pb::BreakerKey {
     }
 }
 
-/// The breaker a call on `tool` is admitted under: the tool's, narrowed by
-/// backend when the policy scopes it so.
+/// The breaker a call on `tool` is admitted under ([`BreakerKey::for_call`]).
 pub(crate) fn tool_key(namespace: &Namespace, tool: &ToolRef, scope: Scope) -> BreakerKey {
-    let key = BreakerKey::tool(namespace.clone(), tool.server.clone(), tool.tool.clone());
-    match scope {
-        Scope::ToolAndBackend => key.with_backend(tool.backend.clone()),
-        Scope::Tool => key,
-    }
+    let backend = tool.backend.as_ref();
+    BreakerKey::for_call(namespace, &tool.server, &tool.tool, backend, scope)
 }
 
 /// A breaker view from the wire as the core's admission rule reads it.

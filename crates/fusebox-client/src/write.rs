@@ -257,7 +257,8 @@ impl Client {
             target: request.target.clone(),
             effect: effect_to_proto(policy.effect) as i32,
             attempt_id: attempt_id.clone(),
-            lease_ms: lease_ms.min(fusebox_core::limits::LEASE_MS_MAX),
+            // The server clamps a lease past its longest (the proto says so).
+            lease_ms,
         };
         let rpc = journey.deadline(self.inner.config.rpc_timeout(), Layer::Cluster);
         let answer = self

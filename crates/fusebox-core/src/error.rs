@@ -27,6 +27,16 @@ pub enum CoreError {
         /// The bound.
         max: usize,
     },
+    /// A value is larger than its bound allows (a stored result, say).
+    #[error("limit {limit} reached: {actual} given, at most {max}")]
+    TooLarge {
+        /// The bound's name as the API spells it (`stored_result_bytes_max`).
+        limit: Cow<'static, str>,
+        /// The bound.
+        max: u64,
+        /// What was given.
+        actual: u64,
+    },
     /// A policy document failed validation; every problem is listed.
     #[error("policy rejected: {}", crate::policy::render_problems(.0))]
     InvalidPolicy(Vec<crate::policy::PolicyProblem>),
@@ -69,6 +79,15 @@ impl CoreError {
         CoreError::LimitReached {
             what: Cow::Borrowed(what),
             max,
+        }
+    }
+
+    /// Shorthand for [`CoreError::TooLarge`].
+    pub fn too_large(limit: &'static str, max: usize, actual: usize) -> Self {
+        CoreError::TooLarge {
+            limit: Cow::Borrowed(limit),
+            max: u64::try_from(max).unwrap_or(u64::MAX),
+            actual: u64::try_from(actual).unwrap_or(u64::MAX),
         }
     }
 

@@ -3,9 +3,9 @@
 //!
 //! This crate is the part of Fusebox that decides. It holds the breaker
 //! engine ([`breaker`]), the idempotency ledger ([`ledger`]), the policy model
-//! ([`policy`]), latency disclosure ([`disclosure`]) and the replicated state
-//! machine that ties them together ([`machine`]). It does no IO: no tokio, no
-//! tonic, no RocksDB, no clock. The server crate feeds it Raft entries; the
+//! ([`policy`]), latency disclosure ([`disclosure`]), the tools registry
+//! ([`tools`]) and the replicated state machine that ties them together
+//! ([`machine`]). It does no IO: no tokio, no tonic, no RocksDB, no clock. The server crate feeds it Raft entries; the
 //! client crate uses its admission rules against a cached view.
 //!
 //! Invariants this crate keeps, and tests:
@@ -38,6 +38,7 @@ pub mod name;
 pub mod outcome;
 pub mod policy;
 pub mod time;
+pub mod tools;
 
 pub use error::CoreError;
 pub use name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};

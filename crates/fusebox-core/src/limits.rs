@@ -1,4 +1,5 @@
-//! Every size the core accepts has a bound, named here with its unit.
+//! Every bound the core keeps, named here with its unit: sizes and counts
+//! of what it accepts, and the ranges a policy's values must fall in.
 //!
 //! Inputs that break a bound are refused with [`crate::CoreError`] before they
 //! touch the state, so a hostile or buggy client can neither grow the state
@@ -56,5 +57,46 @@ pub const OBSERVED_TOOLS_MAX: usize = 2_048;
 /// Default width of the rolling window of observed latency, in milliseconds
 /// (10 min); a namespace's policy may set another (`latency.window_ms`).
 pub const OBSERVED_WINDOW_MS_DEFAULT: u64 = 10 * 60 * 1000;
+/// Default time completed ledger records are kept (24 h); a namespace's
+/// policy may set another (`ledger.retention_ms`).
+pub const LEDGER_RETENTION_MS_DEFAULT: u64 = 24 * 3600 * 1000;
 /// Buckets the observed window is split into: samples expire a minute at a time.
 pub const OBSERVED_WINDOW_BUCKETS: usize = 10;
+
+// What one ledger list call and one snapshot may hold.
+
+/// Most candidates one list call examines.
+pub const LIST_SCAN_MAX: usize = 10 * LIST_LIMIT_MAX;
+/// Largest fleet encoding a snapshot may carry.
+pub const FLEET_BYTES_MAX: usize = 1 << 30;
+/// Largest encoded ledger record in a snapshot: its stored result plus
+/// generous room for the bounded identifiers and reasons around it.
+pub const RECORD_BYTES_MAX: usize = STORED_RESULT_BYTES_MAX + 64 * 1024;
+
+// The ranges a policy document's values must fall in.
+
+/// Longest per-call deadline or slow-call threshold (10 minutes).
+pub const TIMEOUT_MS_MAX: u64 = 600_000;
+/// Narrowest sliding window (1 s): narrower windows see too few calls.
+pub const WINDOW_MS_MIN: u64 = 1_000;
+/// Widest sliding window (1 h): wider ones react too late to matter.
+pub const WINDOW_MS_MAX: u64 = 3_600_000;
+/// Largest count threshold in a policy (failures in a row, probes, probe successes).
+pub const COUNT_MAX: u64 = 1_000;
+/// Largest `minimum_calls` of a window.
+pub const MINIMUM_CALLS_MAX: u64 = 100_000;
+/// Longest open duration and open-duration cap (24 h).
+pub const OPEN_MS_MAX: u64 = 86_400_000;
+/// Largest growth factor of the open duration per reopen.
+pub const OPEN_MULTIPLIER_MAX: u64 = 16;
+/// Most attempts of one call, the first included.
+pub const ATTEMPTS_MAX: u64 = 10;
+/// Shortest ledger retention (1 min): replays must survive a client retry.
+pub const RETENTION_MS_MIN: u64 = 60_000;
+/// Longest ledger retention (30 days), which bounds the ledger's size.
+pub const RETENTION_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
+/// Narrowest window of observed latency (5 s): a penalty needs
+/// [`crate::disclosure::PENALTY_SAMPLES_MIN`] calls inside it.
+pub const OBSERVATION_WINDOW_MS_MIN: u64 = 5_000;
+/// Widest window of observed latency (24 h).
+pub const OBSERVATION_WINDOW_MS_MAX: u64 = 86_400_000;

@@ -31,7 +31,7 @@
 //!
 //! Each checker is a plain function returning `Result<(), String>`; the
 //! `checker_catches_*` tests feed them deliberately broken histories to show
-//! they can fail (STYLE.md: a test that cannot fail is not a test), and
+//! they can fail (a checker that never fails proves nothing), and
 //! `the_generator_reaches_the_interesting_states` shows the random sequences
 //! reach half-open breakers with several permits out, takeovers, lapsed
 //! leases, releases and purges, so that passing means something.

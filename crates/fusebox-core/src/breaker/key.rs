@@ -2,6 +2,7 @@
 
 use crate::error::CoreError;
 use crate::name::{BackendName, Namespace, ServerName, ToolName};
+use crate::policy::Scope;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -46,6 +47,32 @@ impl BreakerKey {
     pub fn with_backend(mut self, backend: Option<BackendName>) -> Self {
         self.backend = backend;
         self
+    }
+
+    /// The breaker that judges a call of `tool` on `server`: the tool's own,
+    /// narrowed to `backend` when the tool's policy scopes it
+    /// `tool_and_backend`. The state machine, the server and the SDK all
+    /// derive an outcome's breaker here, so they can never disagree.
+    pub fn for_call(
+        namespace: &Namespace,
+        server: &ServerName,
+        tool: &ToolName,
+        backend: Option<&BackendName>,
+        scope: Scope,
+    ) -> Self {
+        let key = BreakerKey::tool(namespace.clone(), server.clone(), tool.clone());
+        match scope {
+            Scope::ToolAndBackend => key.with_backend(backend.cloned()),
+            Scope::Tool => key,
+        }
+    }
+
+    /// Checks the key's shape: a backend narrows a tool, never a server.
+    pub fn check(&self) -> Result<(), CoreError> {
+        if self.backend.is_some() && self.tool.is_none() {
+            return Err(CoreError::invalid("backend", "a backend needs a tool"));
+        }
+        Ok(())
     }
 
     /// Whether this is a server's own breaker.

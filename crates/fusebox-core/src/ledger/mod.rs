@@ -27,4 +27,4 @@ pub use memory::Ledger;
 pub use record::{AmbiguityCause, Decision, Record, Resolution, Status};
 pub use request::{BeginRequest, CompleteRequest, Completion, ResolveRequest};
 pub use rules::{BeginAnswer, CompleteAnswer, ResolveAnswer};
-pub use store::{deadline, BoxedLedger, Index, LedgerStore, ListFilter, Page, LIST_SCAN_MAX};
+pub use store::{deadline, BoxedLedger, Index, LedgerStore, ListFilter, Page};

@@ -37,6 +37,23 @@ impl Status {
         )
     }
 
+    /// Whether a record in this status may be rewritten in `next`: the
+    /// ledger's allowed edges. A free key (released) or a held one may be
+    /// held; a held or ambiguous one may settle (an ambiguous one by its
+    /// holder's late answer or an operator); nothing leaves a terminal
+    /// status except retention's purge, which removes the record. A held
+    /// record whose non-idempotent lease lapsed is ambiguous before the next
+    /// tick rewrites it, so it moves as an ambiguous one does.
+    pub fn may_become(self, next: Status) -> bool {
+        use Status::*;
+        match (self, next) {
+            (Released | InProgress, InProgress) => true,
+            (InProgress | Ambiguous, Succeeded | Failed | Ambiguous | Released) => true,
+            (InProgress | Ambiguous, Abandoned) => true,
+            (from, to) => from == to,
+        }
+    }
+
     /// The wire name (`snake_case`).
     pub fn as_str(self) -> &'static str {
         match self {

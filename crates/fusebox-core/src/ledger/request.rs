@@ -88,12 +88,10 @@ impl Completion {
             } => {
                 check_max_len("operation_id", operation_id, ID_BYTES_MAX)?;
                 if result.len() > STORED_RESULT_BYTES_MAX {
-                    return Err(CoreError::invalid(
-                        "result",
-                        format!(
-                            "is {} bytes, at most {STORED_RESULT_BYTES_MAX} allowed",
-                            result.len()
-                        ),
+                    return Err(CoreError::too_large(
+                        "stored_result_bytes_max",
+                        STORED_RESULT_BYTES_MAX,
+                        result.len(),
                     ));
                 }
                 Ok(())

@@ -15,13 +15,10 @@ use super::record::{Record, Status};
 use super::request::{BeginRequest, CompleteRequest, ResolveRequest};
 use super::rules::{self, BeginAnswer, CompleteAnswer, ResolveAnswer};
 use crate::error::CoreError;
-use crate::limits::{LEDGER_RECORDS_PER_NAMESPACE_MAX, LIST_LIMIT_MAX};
+use crate::limits::{LEDGER_RECORDS_PER_NAMESPACE_MAX, LIST_LIMIT_MAX, LIST_SCAN_MAX};
 use crate::name::{Namespace, ToolName};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
-
-/// Most candidates one list call examines.
-pub const LIST_SCAN_MAX: usize = 10 * LIST_LIMIT_MAX;
 
 /// Filters for listing records; all given filters must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,7 +120,7 @@ pub trait LedgerStore {
         req: &BeginRequest,
         now: Timestamp,
     ) -> Result<BeginAnswer, CoreError> {
-        req.validate()?;
+        debug_assert!(req.validate().is_ok(), "validated on entry");
         let existing = self.get(ns, &req.key);
         if existing.is_none() && self.len(ns) >= LEDGER_RECORDS_PER_NAMESPACE_MAX {
             return Err(CoreError::limit(
@@ -133,7 +130,7 @@ pub trait LedgerStore {
         }
         let (changed, answer) = rules::begin(existing.clone(), req, now);
         if let Some(record) = changed {
-            self.put(ns, existing.as_ref(), record);
+            put_checked(self, ns, existing.as_ref(), record);
         }
         Ok(answer)
     }
@@ -146,11 +143,11 @@ pub trait LedgerStore {
         now: Timestamp,
         retention_ms: u64,
     ) -> Result<CompleteAnswer, CoreError> {
-        req.validate()?;
+        debug_assert!(req.validate().is_ok(), "validated on entry");
         let existing = self.get(ns, &req.key);
         let (changed, answer) = rules::complete(existing.clone(), req, now, retention_ms);
         if let Some(record) = changed {
-            self.put(ns, existing.as_ref(), record);
+            put_checked(self, ns, existing.as_ref(), record);
         }
         Ok(answer)
     }
@@ -163,11 +160,11 @@ pub trait LedgerStore {
         now: Timestamp,
         retention_ms: u64,
     ) -> Result<ResolveAnswer, CoreError> {
-        req.validate()?;
+        debug_assert!(req.validate().is_ok(), "validated on entry");
         let existing = self.get(ns, &req.key);
         let (changed, answer) = rules::resolve(existing.clone(), req, now, retention_ms);
         if let Some(record) = changed {
-            self.put(ns, existing.as_ref(), record);
+            put_checked(self, ns, existing.as_ref(), record);
         }
         Ok(answer)
     }
@@ -183,7 +180,7 @@ pub trait LedgerStore {
             };
             let mut record = old.clone();
             if rules::expire(&mut record, now) {
-                self.put(ns, Some(&old), record);
+                put_checked(self, ns, Some(&old), record);
             } else if old.status.is_purgeable() && old.expires_at.is_some_and(|at| now >= at) {
                 self.remove(ns, &old);
             }
@@ -252,6 +249,25 @@ impl<S: LedgerStore + ?Sized> LedgerStore for Box<S> {
     ) -> Result<(), CoreError> {
         (**self).for_each_record(f)
     }
+}
+
+/// Stores a record the rules changed, asserting that its status moved
+/// along an allowed edge ([`Status::may_become`]; a new key starts held).
+fn put_checked<S: LedgerStore + ?Sized>(
+    store: &mut S,
+    ns: &Namespace,
+    old: Option<&Record>,
+    record: Record,
+) {
+    debug_assert!(
+        old.map_or(record.status == Status::InProgress, |o| o
+            .status
+            .may_become(record.status)),
+        "ledger status moved from {:?} to {:?}",
+        old.map(|o| o.status),
+        record.status
+    );
+    store.put(ns, old, record);
 }
 
 /// A ledger behind a pointer, so one state machine type serves every store.

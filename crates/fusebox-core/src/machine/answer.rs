@@ -1,11 +1,11 @@
 //! What applying a command returns: a typed answer and the watch events.
 
 use super::namespace::KillSwitch;
-use super::tools::ToolImported;
+use super::watch_event::WatchEvent;
 use crate::breaker::{BreakerView, ProbeAnswer, ProbeResult};
 use crate::error::CoreError;
 use crate::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer};
-use crate::name::{Namespace, ServerName, ToolName};
+use crate::tools::ToolImported;
 use serde::{Deserialize, Serialize};
 
 /// How a batch of outcome reports was taken.
@@ -57,71 +57,6 @@ pub enum Answer {
     Rejected(CoreError),
     /// To `ImportTools`: what became of each tool, in manifest order.
     ToolsImported(Vec<ToolImported>),
-}
-
-/// What changed, for watch streams; each carries the revision it created.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WatchEvent {
-    /// A breaker changed state (its generation grew).
-    Breaker {
-        /// The revision of this change.
-        revision: u64,
-        /// The breaker after the change.
-        view: BreakerView,
-    },
-    /// A namespace's policy version changed.
-    Policy {
-        /// The revision of this change.
-        revision: u64,
-        /// The namespace.
-        namespace: Namespace,
-        /// The version now in force.
-        version: u64,
-    },
-    /// A namespace's kill switch changed.
-    KillSwitch {
-        /// The revision of this change.
-        revision: u64,
-        /// The namespace.
-        namespace: Namespace,
-        /// Whether writes are now blocked.
-        writes_blocked: bool,
-    },
-    /// A tool's registry entry changed: imported, dropped from its server's
-    /// manifest, or its penalty flag flipped. Watchers read the entry (or
-    /// its absence) from the state.
-    Tool {
-        /// The revision of this change.
-        revision: u64,
-        /// The namespace.
-        namespace: Namespace,
-        /// The tool server.
-        server: ServerName,
-        /// The tool.
-        tool: ToolName,
-    },
-}
-
-impl WatchEvent {
-    /// The revision this event created.
-    pub fn revision(&self) -> u64 {
-        match self {
-            WatchEvent::Breaker { revision, .. }
-            | WatchEvent::Policy { revision, .. }
-            | WatchEvent::KillSwitch { revision, .. }
-            | WatchEvent::Tool { revision, .. } => *revision,
-        }
-    }
-
-    /// The namespace the event belongs to.
-    pub fn namespace(&self) -> &Namespace {
-        match self {
-            WatchEvent::Breaker { view, .. } => &view.key.namespace,
-            WatchEvent::Policy { namespace, .. }
-            | WatchEvent::KillSwitch { namespace, .. }
-            | WatchEvent::Tool { namespace, .. } => namespace,
-        }
-    }
 }
 
 /// The result of applying one command.

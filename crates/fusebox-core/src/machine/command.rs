@@ -1,11 +1,21 @@
 //! What the log carries: one command per entry, stamped with the leader's time.
+//!
+//! [`Command::validate`] states every rule a command's fields must keep, in
+//! one place. The server calls it before proposing (a bad request costs no
+//! log entry) and the state machine calls it again on every entry it applies
+//! (an entry comes from disk or a peer, and every replica must refuse it
+//! alike); the handlers behind it only `debug_assert!` what it checked.
 
-use super::tools::ToolImport;
 use crate::breaker::BreakerKey;
+use crate::error::{check_len, check_max_len, CoreError};
 use crate::ledger::{BeginRequest, CompleteRequest, ResolveRequest};
+use crate::limits::{
+    BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, REASON_BYTES_MAX, REPORTS_PER_BATCH_MAX,
+};
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
 use crate::policy::PolicyDocument;
+use crate::tools::{check_import, ToolImport};
 use serde::{Deserialize, Serialize};
 
 /// One tool call's outcome, as a replica reports it.
@@ -118,7 +128,7 @@ pub enum Command {
     ApplyPolicy {
         /// The namespace.
         namespace: Namespace,
-        /// The document (validated again on apply).
+        /// The document.
         document: Box<PolicyDocument>,
         /// Who applied it.
         actor: String,
@@ -174,4 +184,92 @@ pub struct Report {
     pub replica: ReplicaId,
     /// The outcomes.
     pub outcomes: Vec<OutcomeReport>,
+}
+
+impl Command {
+    /// Checks every field of the command against its rule and bound; the
+    /// state is not consulted, so the answer is the same everywhere.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        match self {
+            Command::ReportOutcomes { outcomes, .. } => check_report(outcomes.len()),
+            Command::ReportBatch { reports } => check_batch(reports),
+            Command::AcquireProbe { key, .. } | Command::ReleaseProbe { key, .. } => key.check(),
+            Command::Operate {
+                key,
+                action,
+                actor,
+                reason,
+            } => {
+                key.check()?;
+                check_change(actor, reason)?;
+                check_force_open(action)
+            }
+            Command::Begin { request, .. } => request.validate(),
+            Command::Complete { request, .. } => request.validate(),
+            Command::Resolve { request, .. } => request.validate(),
+            Command::ApplyPolicy {
+                document,
+                actor,
+                reason,
+                ..
+            } => {
+                check_change(actor, reason)?;
+                let problems = document.validate();
+                if problems.is_empty() {
+                    Ok(())
+                } else {
+                    Err(CoreError::InvalidPolicy(problems))
+                }
+            }
+            Command::RollbackPolicy { actor, reason, .. }
+            | Command::SetKillSwitch { actor, reason, .. } => check_change(actor, reason),
+            Command::Tick => Ok(()),
+            Command::ImportTools { tools, actor, .. } => check_import(tools, actor),
+        }
+    }
+}
+
+/// Who made an operator change (required) and why (optional), both bounded.
+fn check_change(actor: &str, reason: &str) -> Result<(), CoreError> {
+    check_len("actor", actor, ID_BYTES_MAX)?;
+    check_max_len("reason", reason, REASON_BYTES_MAX)
+}
+
+/// A forced-open period, when given, lasts 1 ms to [`FORCE_OPEN_MS_MAX`].
+fn check_force_open(action: &OperatorAction) -> Result<(), CoreError> {
+    match action {
+        OperatorAction::ForceOpen { for_ms: Some(ms) } if *ms == 0 || *ms > FORCE_OPEN_MS_MAX => {
+            Err(CoreError::invalid(
+                "duration_ms",
+                format!("must be 1..={FORCE_OPEN_MS_MAX}, got {ms}"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// One replica's report carries at most [`BATCH_OUTCOMES_MAX`] outcomes.
+fn check_report(outcomes: usize) -> Result<(), CoreError> {
+    if outcomes > BATCH_OUTCOMES_MAX {
+        let reason = format!("{outcomes} in one batch, at most {BATCH_OUTCOMES_MAX}");
+        return Err(CoreError::invalid("outcomes", reason));
+    }
+    Ok(())
+}
+
+/// One coalesced entry carries at most [`REPORTS_PER_BATCH_MAX`] reports
+/// with at most [`BATCH_OUTCOMES_MAX`] outcomes among them.
+fn check_batch(reports: &[Report]) -> Result<(), CoreError> {
+    let outcomes: usize = reports.iter().map(|r| r.outcomes.len()).sum();
+    if reports.len() > REPORTS_PER_BATCH_MAX || outcomes > BATCH_OUTCOMES_MAX {
+        return Err(CoreError::invalid(
+            "reports",
+            format!(
+                "{} reports with {outcomes} outcomes in one batch, at most \
+                 {REPORTS_PER_BATCH_MAX} with {BATCH_OUTCOMES_MAX}",
+                reports.len()
+            ),
+        ));
+    }
+    Ok(())
 }

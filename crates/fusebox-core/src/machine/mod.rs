@@ -1,9 +1,15 @@
 //! The replicated state machine: one type that applies every command.
 //!
 //! The server's Raft log carries [`Command`]s stamped with the leader's
-//! clock; [`StateMachine::apply`] applies one and returns a typed [`Answer`]
-//! plus the [`WatchEvent`]s it caused, each with a revision. The state
-//! encodes to a snapshot and hashes to a digest so replicas can be compared.
+//! clock; [`StateMachine::apply`] checks one ([`Command::validate`]), applies
+//! it and returns a typed [`Answer`] plus the [`WatchEvent`]s it caused,
+//! each with a revision. The state encodes to a snapshot and hashes to a
+//! digest so replicas can be compared.
+//!
+//! Layout: `state_machine.rs` holds the state and `apply`, a short table of
+//! contents; each family of commands has its own file of handlers
+//! (`breakers`, `outcomes`, `ledger`, `policy`, `tools`, and `fleet` for
+//! what time alone changes).
 //!
 //! Determinism: entry times are clamped so time never goes back (a new
 //! leader's clock may lag), every collection is ordered, and nothing reads a
@@ -11,23 +17,25 @@
 //! [`Answer::Rejected`] on every replica alike.
 
 mod answer;
+mod breakers;
 mod command;
+mod fleet;
+mod ledger;
 mod namespace;
+mod outcomes;
+mod policy;
 mod snapshot;
 mod state_machine;
 mod tools;
+mod watch_event;
 
 #[cfg(test)]
-mod tools_tests;
+mod tests;
 
-pub use answer::{Answer, Applied, ReportSummary, WatchEvent};
+pub use answer::{Answer, Applied, ReportSummary};
 pub use command::{Command, OperatorAction, OutcomeReport, Report};
+pub use fleet::Fleet;
 pub use namespace::{KillSwitch, NamespaceState, PolicyVersion};
-pub use snapshot::{
-    hex_digest, SnapshotReader, SnapshotWriter, FLEET_BYTES_MAX, RECORD_BYTES_MAX, SNAPSHOT_FORMAT,
-};
-pub use state_machine::{Fleet, SharedStateMachine, StateMachine};
-pub use tools::{
-    effect_of, judge_block, DisclosureVerdict, StoredBlock, ToolId, ToolImport, ToolImported,
-    ToolRecord, ToolRegistry,
-};
+pub use snapshot::{hex_digest, SnapshotReader, SnapshotWriter, SNAPSHOT_FORMAT};
+pub use state_machine::{SharedStateMachine, StateMachine};
+pub use watch_event::WatchEvent;

@@ -15,22 +15,16 @@
 //! field, records out of order or repeated, a wrong count or trailing bytes
 //! are refused with [`CoreError::Snapshot`].
 
-use super::state_machine::{Fleet, StateMachine};
+use super::fleet::Fleet;
+use super::state_machine::StateMachine;
 use crate::error::CoreError;
 use crate::ledger::{Ledger, LedgerStore, Record};
-use crate::limits::{IDEMPOTENCY_KEY_BYTES_MAX, NAME_BYTES_MAX, STORED_RESULT_BYTES_MAX};
+use crate::limits::{FLEET_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX, NAME_BYTES_MAX, RECORD_BYTES_MAX};
 use crate::name::Namespace;
 use sha2::{Digest, Sha256};
 
 /// The snapshot format this build writes and reads.
 pub const SNAPSHOT_FORMAT: u8 = 3;
-
-/// Largest fleet encoding a snapshot may carry.
-pub const FLEET_BYTES_MAX: usize = 1 << 30;
-
-/// Largest encoded record: its stored result plus generous room for the
-/// bounded identifiers and reasons around it.
-pub const RECORD_BYTES_MAX: usize = STORED_RESULT_BYTES_MAX + 64 * 1024;
 
 fn corrupt(what: impl Into<String>) -> CoreError {
     CoreError::Snapshot(what.into())

@@ -22,11 +22,8 @@ use super::document::{PolicyDocument, ToolOverrides};
 use super::resolved::{
     BreakerPolicy, EffectClass, OpenBackoff, RetryPolicy, ToolPolicy, Trip, WindowPolicy,
 };
-use crate::limits::OBSERVED_WINDOW_MS_DEFAULT;
+use crate::limits::{LEDGER_RETENTION_MS_DEFAULT, OBSERVED_WINDOW_MS_DEFAULT};
 use crate::name::{ServerName, ToolName};
-
-/// Default time completed ledger records are kept (24 h).
-pub(crate) const LEDGER_RETENTION_MS_DEFAULT: u64 = 24 * 3600 * 1000;
 
 impl PolicyDocument {
     /// The effective policy of one tool: tool over server over defaults over

@@ -13,10 +13,11 @@
 mod document;
 mod document_diff;
 mod document_resolve;
-#[cfg(test)]
-mod document_tests;
 mod resolved;
 mod validate;
+
+#[cfg(test)]
+mod tests;
 
 pub use document::{
     BreakerOverrides, LatencySettings, LedgerSettings, PolicyDocument, PolicyFormat,

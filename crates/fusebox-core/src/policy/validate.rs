@@ -15,35 +15,12 @@ use super::document_resolve::first;
 use super::resolved::{BreakerPolicy, EffectClass, RetryPolicy};
 use super::PolicyProblem;
 use crate::limits::{
-    LEASE_MS_MAX, OBSERVED_WINDOW_BUCKETS, POLICY_OVERRIDES_MAX, REPORTERS_TRACKED_MAX,
+    ATTEMPTS_MAX, COUNT_MAX, LEASE_MS_MAX, MINIMUM_CALLS_MAX, OBSERVATION_WINDOW_MS_MAX,
+    OBSERVATION_WINDOW_MS_MIN, OBSERVED_WINDOW_BUCKETS, OPEN_MS_MAX, OPEN_MULTIPLIER_MAX,
+    POLICY_OVERRIDES_MAX, REPORTERS_TRACKED_MAX, RETENTION_MS_MAX, RETENTION_MS_MIN,
+    TIMEOUT_MS_MAX, WINDOW_MS_MAX, WINDOW_MS_MIN,
 };
 use crate::outcome::OutcomeClass;
-
-/// Longest per-call deadline or slow-call threshold (10 minutes).
-const TIMEOUT_MS_MAX: u64 = 600_000;
-/// Narrowest sliding window (1 s): narrower windows see too few calls.
-const WINDOW_MS_MIN: u64 = 1_000;
-/// Widest sliding window (1 h): wider ones react too late to matter.
-const WINDOW_MS_MAX: u64 = 3_600_000;
-/// Largest count threshold (failures in a row, probes, probe successes).
-const COUNT_MAX: u64 = 1_000;
-/// Largest `minimum_calls` of a window.
-const MINIMUM_CALLS_MAX: u64 = 100_000;
-/// Longest open duration and open-duration cap (24 h).
-const OPEN_MS_MAX: u64 = 86_400_000;
-/// Largest growth factor of the open duration per reopen.
-const OPEN_MULTIPLIER_MAX: u64 = 16;
-/// Most attempts of one call, the first included.
-const ATTEMPTS_MAX: u64 = 10;
-/// Shortest ledger retention (1 min): replays must survive a client retry.
-const RETENTION_MS_MIN: u64 = 60_000;
-/// Longest ledger retention (30 days), which bounds the ledger's size.
-const RETENTION_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
-/// Narrowest window of observed latency (5 s): a penalty needs
-/// [`crate::disclosure::PENALTY_SAMPLES_MIN`] calls inside it.
-const OBSERVATION_WINDOW_MS_MIN: u64 = 5_000;
-/// Widest window of observed latency (24 h).
-const OBSERVATION_WINDOW_MS_MAX: u64 = 86_400_000;
 
 impl PolicyDocument {
     /// Lists every problem of the document (empty when it may be applied).

@@ -65,8 +65,11 @@ impl<B: Backend> Gateway<B> {
         &self.backend
     }
 
-    /// Proposes a command; a core refusal becomes its status.
+    /// Proposes a command; a core refusal becomes its status. The core's
+    /// rules ([`Command::validate`]) are checked first, so a command every
+    /// replica would refuse never costs a log entry.
     pub async fn write(&self, command: Command) -> Result<Served<Applied>, Status> {
+        command.validate().map_err(|e| status::from_core(&e))?;
         match self.backend.write(command).await {
             Ok(Applied {
                 answer: Answer::Rejected(error),

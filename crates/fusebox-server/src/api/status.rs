@@ -201,6 +201,7 @@ pub fn from_core(error: &CoreError) -> Status {
             let max = u64::try_from(*max).unwrap_or(u64::MAX);
             limit_reached(&what.replace(' ', "_"), max, max)
         }
+        CoreError::TooLarge { limit, max, actual } => limit_reached(limit, *max, *actual),
         CoreError::NotFound { what, name } => not_found(
             &what.replace(' ', "_"),
             name,
@@ -283,6 +284,10 @@ mod tests {
             (CoreError::InvalidPolicy(vec![]), Code::InvalidArgument),
             (
                 CoreError::limit("breakers in namespace", 3),
+                Code::ResourceExhausted,
+            ),
+            (
+                CoreError::too_large("stored_result_bytes_max", 16, 17),
                 Code::ResourceExhausted,
             ),
             (

@@ -3,6 +3,12 @@
 //! Fingerprints are bytes on the wire and text in the core: they travel as
 //! lowercase hex, so any byte string (a raw SHA-256, a hex digest) is kept
 //! exactly and compared exactly.
+//!
+//! Only what the wire itself decides is checked here (names, enums, oneofs
+//! and required choices, the fingerprint's bytes, the lease clamp the proto
+//! promises). Every length and bound of a request is the core's rule
+//! ([`fusebox_core::machine::Command::validate`]), checked once by the
+//! gateway before the command is proposed.
 
 use super::{actor, bounded, meta, name, namespace, page_limit, required};
 use crate::api::status;
@@ -11,8 +17,7 @@ use fusebox_core::ledger::{
     Record, ResolveRequest, Status as RecordStatus,
 };
 use fusebox_core::limits::{
-    FINGERPRINT_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX, ID_BYTES_MAX, LEASE_MS_MAX, REASON_BYTES_MAX,
-    STORED_RESULT_BYTES_MAX,
+    FINGERPRINT_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX, ID_BYTES_MAX, LEASE_MS_MAX,
 };
 use fusebox_core::policy::EffectClass;
 use fusebox_core::{Namespace, ServerName, ToolName};
@@ -23,21 +28,10 @@ use tonic::Status;
 pub fn begin_from_proto(req: &pb::BeginRequest) -> Result<(Namespace, BeginRequest), Status> {
     meta(req.meta.as_ref())?;
     let ns = namespace(&req.namespace)?;
-    required("key", &req.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
     let fingerprint = fingerprint_from_proto(&req.fingerprint)?;
-    required("intent_id", &req.intent_id, ID_BYTES_MAX)?;
     // The core record keeps no server; it is still a name and checked as one.
     name("server", &req.server, ServerName::new)?;
     let tool = name("tool", &req.tool, ToolName::new)?;
-    bounded("target", &req.target, ID_BYTES_MAX)?;
-    required("attempt_id", &req.attempt_id, ID_BYTES_MAX)?;
-    if req.lease_ms == 0 {
-        return Err(status::invalid_argument(
-            "lease_ms",
-            "range",
-            "must be at least 1 ms",
-        ));
-    }
     let request = BeginRequest {
         key: req.key.clone(),
         fingerprint,
@@ -46,6 +40,7 @@ pub fn begin_from_proto(req: &pb::BeginRequest) -> Result<(Namespace, BeginReque
         target: req.target.clone(),
         effect: effect_from_proto(req.effect)?,
         attempt: req.attempt_id.clone(),
+        // The proto promises a clamp to the longest lease, not a refusal.
         lease_ms: req.lease_ms.min(LEASE_MS_MAX),
     };
     Ok((ns, request))
@@ -58,33 +53,20 @@ pub fn complete_from_proto(
     use pb::complete_request::Outcome;
     meta(req.meta.as_ref())?;
     let ns = namespace(&req.namespace)?;
-    required("key", &req.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
-    required("attempt_id", &req.attempt_id, ID_BYTES_MAX)?;
     let completion = match &req.outcome {
         None => return Err(status::invalid_field("outcome", "must not be empty")),
-        Some(Outcome::Succeeded(s)) => {
-            bounded("succeeded.operation_id", &s.operation_id, ID_BYTES_MAX)?;
-            if s.result.len() > STORED_RESULT_BYTES_MAX {
-                let given = u64::try_from(s.result.len()).unwrap_or(u64::MAX);
-                return Err(status::limit_reached(
-                    "stored_result_bytes_max",
-                    STORED_RESULT_BYTES_MAX as u64,
-                    given,
-                ));
-            }
-            Completion::Succeeded {
-                operation_id: s.operation_id.clone(),
-                result: s.result.clone(),
-            }
-        }
+        Some(Outcome::Succeeded(s)) => Completion::Succeeded {
+            operation_id: s.operation_id.clone(),
+            result: s.result.clone(),
+        },
         Some(Outcome::FailedBeforeExecution(f)) => Completion::FailedBeforeExecution {
-            reason: reason("failed_before_execution.reason", &f.reason)?,
+            reason: f.reason.clone(),
         },
         Some(Outcome::Failed(f)) => Completion::Failed {
-            reason: reason("failed.reason", &f.reason)?,
+            reason: f.reason.clone(),
         },
         Some(Outcome::Ambiguous(a)) => Completion::Ambiguous {
-            reason: reason("ambiguous.reason", &a.reason)?,
+            reason: a.reason.clone(),
         },
     };
     let request = CompleteRequest {
@@ -100,13 +82,10 @@ pub fn resolve_from_proto(req: &pb::ResolveRequest) -> Result<(Namespace, Resolv
     use pb::ResolutionDecision as D;
     meta(req.meta.as_ref())?;
     let ns = namespace(&req.namespace)?;
-    required("key", &req.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
     let decision = match D::try_from(req.decision) {
-        Ok(D::Done) => {
-            let operation_id = req.operation_id.clone().unwrap_or_default();
-            required("operation_id", &operation_id, ID_BYTES_MAX)?;
-            Decision::Done { operation_id }
-        }
+        Ok(D::Done) => Decision::Done {
+            operation_id: req.operation_id.clone().unwrap_or_default(),
+        },
         Ok(D::NotDone) => Decision::NotDone,
         Ok(D::Abandoned) => Decision::Abandoned,
         Ok(D::Unspecified) | Err(_) => {
@@ -117,7 +96,6 @@ pub fn resolve_from_proto(req: &pb::ResolveRequest) -> Result<(Namespace, Resolv
             ));
         }
     };
-    required("note", &req.note, REASON_BYTES_MAX)?;
     let request = ResolveRequest {
         key: req.key.clone(),
         decision,
@@ -155,11 +133,6 @@ pub fn list_from_proto(req: &pb::ListRecordsRequest) -> Result<(Namespace, ListF
         limit: page_limit(req.limit),
     };
     Ok((ns, filter))
-}
-
-fn reason(field: &str, value: &str) -> Result<String, Status> {
-    bounded(field, value, REASON_BYTES_MAX)?;
-    Ok(value.to_owned())
 }
 
 fn fingerprint_from_proto(bytes: &[u8]) -> Result<String, Status> {

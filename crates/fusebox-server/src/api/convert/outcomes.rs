@@ -6,7 +6,6 @@ use crate::api::status;
 use fusebox_core::breaker::{BreakerKey, BreakerState, ProbeAnswer, ProbeResult};
 use fusebox_core::limits::BATCH_OUTCOMES_MAX;
 use fusebox_core::machine::{OutcomeReport, ReportSummary, SharedStateMachine};
-use fusebox_core::policy::Scope;
 use fusebox_core::{BackendName, Namespace, OutcomeClass, ReplicaId, ServerName, ToolName};
 use fusebox_proto::v1 as pb;
 use tonic::Status;
@@ -118,10 +117,8 @@ pub fn reports(
         .into_iter()
         .map(|o| {
             let server_key = BreakerKey::server(ns.clone(), o.server.clone());
-            let mut tool_key = BreakerKey::tool(ns.clone(), o.server.clone(), o.tool.clone());
-            if document.tool_policy(&o.server, &o.tool).scope == Scope::ToolAndBackend {
-                tool_key = tool_key.with_backend(o.backend.clone());
-            }
+            let scope = document.tool_policy(&o.server, &o.tool).scope;
+            let tool_key = BreakerKey::for_call(ns, &o.server, &o.tool, o.backend.as_ref(), scope);
             let server_generation = o
                 .server_generation
                 .unwrap_or_else(|| generation(&server_key));

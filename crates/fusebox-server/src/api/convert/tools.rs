@@ -11,15 +11,16 @@ use fusebox_core::disclosure::McpHints;
 use fusebox_core::disclosure::{
     assess, parse_utc, DisclosureProblem, LatencyDisclosure, LatencySketch, ObservedLatency,
 };
-use fusebox_core::limits::{DISCLOSURE_BLOCK_BYTES_MAX, TOOLS_PER_SERVER_MAX};
-use fusebox_core::machine::{
-    effect_of, DisclosureVerdict, SharedStateMachine, ToolId, ToolImport, ToolImported,
-};
+use fusebox_core::limits::TOOLS_PER_SERVER_MAX;
+use fusebox_core::machine::SharedStateMachine;
+use fusebox_core::tools::{effect_of, DisclosureVerdict, ToolId, ToolImport, ToolImported};
 use fusebox_core::{Namespace, ToolName};
 use fusebox_proto::v1 as pb;
 use tonic::Status;
 
-/// A manifest's tools, each name and block checked against its bound.
+/// A manifest's tools, each name decoded. The count is checked before any
+/// name is decoded, so an oversized manifest costs no work; every other
+/// bound is the core's (`Command::validate`, checked by the gateway).
 pub fn manifest_from_proto(tools: &[pb::ManifestTool]) -> Result<Vec<ToolImport>, Status> {
     if tools.len() > TOOLS_PER_SERVER_MAX {
         let max = u64::try_from(TOOLS_PER_SERVER_MAX).unwrap_or(u64::MAX);
@@ -31,10 +32,6 @@ pub fn manifest_from_proto(tools: &[pb::ManifestTool]) -> Result<Vec<ToolImport>
         .enumerate()
         .map(|(i, t)| {
             let tool = name(&format!("tools[{i}].tool"), &t.tool, ToolName::new)?;
-            if let Some(json) = &t.latency_disclosure_json {
-                let field = format!("tools[{i}].latency_disclosure_json");
-                super::bounded(&field, json, DISCLOSURE_BLOCK_BYTES_MAX)?;
-            }
             Ok(ToolImport {
                 tool,
                 hints: McpHints {

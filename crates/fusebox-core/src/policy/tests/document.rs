@@ -2,18 +2,18 @@
 //! the shipped examples, canonical rendering and diffs. No IO: the examples
 //! are compiled in.
 
-use super::document::{LedgerSettings, ServerOverrides};
-use super::*;
 use crate::error::CoreError;
 use crate::limits::{POLICY_DOCUMENT_BYTES_MAX, POLICY_OVERRIDES_MAX};
 use crate::name::{ServerName, ToolName};
 use crate::outcome::OutcomeClass;
+use crate::policy::document::{LedgerSettings, ServerOverrides};
+use crate::policy::*;
 use proptest::prelude::*;
 
-const RUNBOOK_TOML: &str = include_str!("../../../../examples/policies/deployment_runbook.toml");
-const RUNBOOK_YAML: &str = include_str!("../../../../examples/policies/deployment_runbook.yaml");
-const TAX_LOOKUP_TOML: &str = include_str!("../../../../examples/policies/tax_lookup.toml");
-const INVALID_TOML: &str = include_str!("../../../../examples/policies/invalid.toml");
+const RUNBOOK_TOML: &str = include_str!("../../../../../examples/policies/deployment_runbook.toml");
+const RUNBOOK_YAML: &str = include_str!("../../../../../examples/policies/deployment_runbook.yaml");
+const TAX_LOOKUP_TOML: &str = include_str!("../../../../../examples/policies/tax_lookup.toml");
+const INVALID_TOML: &str = include_str!("../../../../../examples/policies/invalid.toml");
 
 fn server(name: &str) -> ServerName {
     ServerName::new(name).expect("valid server name")

@@ -2,13 +2,14 @@
 //! effect classes derived, bounds, observed latency and penalties, and the
 //! whole of it surviving a snapshot.
 
-use super::*;
 use crate::disclosure::{DisclosureRule, LatencySketch, McpHints, PENALTY_SAMPLES_MIN};
 use crate::limits::{DISCLOSURE_BLOCK_BYTES_MAX, OBSERVED_WINDOW_MS_DEFAULT, TOOLS_PER_SERVER_MAX};
+use crate::machine::*;
 use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
 use crate::policy::{EffectClass, PolicyDocument, PolicyFormat};
 use crate::time::Timestamp;
+use crate::tools::*;
 use serde_json::json;
 
 /// 2026-11-30T00:00:00Z.

@@ -1,0 +1,134 @@
+//! Breaker commands: probe permits, operator actions, and the one place a
+//! breaker changes (`with_breaker`), which keeps the timer index exact and
+//! announces every generation bump.
+
+use super::answer::Answer;
+use super::command::OperatorAction;
+use super::state_machine::StateMachine;
+use super::watch_event::WatchEvent;
+use crate::breaker::{Breaker, BreakerKey, BreakerView};
+use crate::error::CoreError;
+use crate::ledger::LedgerStore;
+use crate::limits::BREAKERS_PER_NAMESPACE_MAX;
+use crate::name::ReplicaId;
+use crate::outcome::{OutcomeClass, Verdict};
+use crate::policy::BreakerPolicy;
+use crate::time::Timestamp;
+
+impl<L: LedgerStore> StateMachine<L> {
+    pub(super) fn acquire_probe(
+        &mut self,
+        key: &BreakerKey,
+        replica: &ReplicaId,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        let policy = self.breaker_policy(key);
+        let answer = self.with_breaker(key, events, |b| b.acquire_probe(&policy, now, replica))?;
+        Ok(Answer::Probe(answer))
+    }
+
+    pub(super) fn release_probe(
+        &mut self,
+        key: &BreakerKey,
+        permit_id: u64,
+        generation: u64,
+        outcome: OutcomeClass,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        let policy = self.breaker_policy(key);
+        let verdict = verdict_for(key, outcome, &policy);
+        let result = self.with_breaker(key, events, |b| {
+            b.release_probe(&policy, now, permit_id, generation, verdict)
+        })?;
+        Ok(Answer::ProbeReleased(result))
+    }
+
+    pub(super) fn operate(
+        &mut self,
+        key: &BreakerKey,
+        action: &OperatorAction,
+        actor: &str,
+        reason: &str,
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        self.with_breaker(key, events, |b| match action {
+            OperatorAction::ForceOpen { for_ms } => {
+                b.force_open(now, actor, reason, for_ms.map(|ms| now.plus_ms(ms)))
+            }
+            OperatorAction::Reset => b.reset(now, actor, reason),
+            OperatorAction::Disable => b.disable(now, actor, reason),
+            OperatorAction::MetricsOnly => b.metrics_only(now, actor, reason),
+        })?;
+        Ok(Answer::Breaker(Box::new(self.view(key))))
+    }
+
+    /// Runs `f` on a breaker (created if new, within limits), keeping the
+    /// deadline index exact and emitting an event if the generation grew.
+    pub(super) fn with_breaker<T>(
+        &mut self,
+        key: &BreakerKey,
+        events: &mut Vec<WatchEvent>,
+        f: impl FnOnce(&mut Breaker) -> T,
+    ) -> Result<T, CoreError> {
+        debug_assert!(key.check().is_ok(), "validated on entry");
+        self.fleet.touch_namespace(&key.namespace)?;
+        let mut breaker = match self.fleet.breakers.remove(key) {
+            Some(b) => b,
+            None => self.new_breaker(key)?,
+        };
+        let (deadline, generation) = (breaker.next_deadline(), breaker.generation());
+        let permits = breaker.live_permits();
+        let out = f(&mut breaker);
+        if breaker.next_deadline() != deadline {
+            if let Some(at) = deadline {
+                self.fleet.breaker_deadlines.remove(&(at, key.clone()));
+            }
+            if let Some(at) = breaker.next_deadline() {
+                self.fleet.breaker_deadlines.insert((at, key.clone()));
+            }
+        }
+        debug_assert!(breaker.generation() >= generation, "generations only grow");
+        debug_assert!(
+            breaker.live_permits()
+                <= permits.max(self.breaker_policy(key).concurrent_probes.max(1) as usize),
+            "a grant never takes permits past the policy's bound"
+        );
+        if breaker.generation() != generation {
+            let revision = self.fleet.next_revision();
+            let view = BreakerView::of(key, &breaker, &self.breaker_policy(key));
+            events.push(WatchEvent::Breaker { revision, view });
+        }
+        self.fleet.breakers.insert(key.clone(), breaker);
+        Ok(out)
+    }
+
+    /// A fresh breaker for `key`, counted against its namespace's bound.
+    fn new_breaker(&mut self, key: &BreakerKey) -> Result<Breaker, CoreError> {
+        let count = self
+            .fleet
+            .breakers_per_namespace
+            .entry(key.namespace.clone())
+            .or_default();
+        if *count >= BREAKERS_PER_NAMESPACE_MAX {
+            return Err(CoreError::limit(
+                "breakers in namespace",
+                BREAKERS_PER_NAMESPACE_MAX,
+            ));
+        }
+        *count += 1;
+        Ok(Breaker::new())
+    }
+}
+
+/// What a probe's outcome says about the breaker it probed: a server's
+/// breaker and a tool's read some classes differently.
+fn verdict_for(key: &BreakerKey, class: OutcomeClass, policy: &BreakerPolicy) -> Verdict {
+    if key.is_server() {
+        class.server_verdict()
+    } else {
+        class.verdict(policy.rate_limited_is_failure)
+    }
+}

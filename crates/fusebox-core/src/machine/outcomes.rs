@@ -1,0 +1,109 @@
+//! Outcome reports: each outcome is evidence for two breakers (its server's
+//! and its tool's) and, when it carries a latency, a sample for the tool's
+//! observed-latency window.
+
+use super::answer::{Answer, ReportSummary};
+use super::command::{OutcomeReport, Report};
+use super::state_machine::StateMachine;
+use super::watch_event::WatchEvent;
+use crate::breaker::{BreakerKey, Observation, Recorded};
+use crate::error::CoreError;
+use crate::ledger::LedgerStore;
+use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
+use crate::policy::ToolPolicy;
+use crate::time::Timestamp;
+use crate::tools::ToolId;
+use std::collections::{BTreeMap, BTreeSet};
+
+impl<L: LedgerStore> StateMachine<L> {
+    /// One replica's report. Outcomes a full namespace cannot take are
+    /// counted as dropped, not refused: the rest of the batch still counts.
+    pub(super) fn report(
+        &mut self,
+        ns: &Namespace,
+        replica: &ReplicaId,
+        outcomes: &[OutcomeReport],
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Result<Answer, CoreError> {
+        // One clone per batch: the breakers below borrow `self` mutably.
+        let document = self.policy_document(ns).clone();
+        let mut resolved: BTreeMap<(ServerName, ToolName), ToolPolicy> = BTreeMap::new();
+        let mut summary = ReportSummary::default();
+        let mut timed: BTreeSet<ToolId> = BTreeSet::new();
+        let window_ms = document.observation_window_ms();
+        for o in outcomes {
+            if o.class.has_latency() {
+                let id = ToolId {
+                    namespace: ns.clone(),
+                    server: o.server.clone(),
+                    tool: o.tool.clone(),
+                };
+                if self.fleet.tools.observe(&id, now, o.duration_ms, window_ms) {
+                    timed.insert(id);
+                }
+            }
+            let tool_policy = resolved
+                .entry((o.server.clone(), o.tool.clone()))
+                .or_insert_with(|| document.tool_policy(&o.server, &o.tool))
+                .clone();
+            let server_key = BreakerKey::server(ns.clone(), o.server.clone());
+            let server_policy = document.server_breaker(&o.server);
+            let server_obs = Observation {
+                replica: replica.clone(),
+                generation: o.server_generation,
+                verdict: o.class.server_verdict(),
+                duration_ms: o.duration_ms,
+            };
+            let tool_key = BreakerKey::for_call(
+                ns,
+                &o.server,
+                &o.tool,
+                o.backend.as_ref(),
+                tool_policy.scope,
+            );
+            let tool_obs = Observation {
+                replica: replica.clone(),
+                generation: o.tool_generation,
+                verdict: o.class.verdict(tool_policy.breaker.rate_limited_is_failure),
+                duration_ms: o.duration_ms,
+            };
+            let pairs = [
+                (server_key, server_policy, server_obs),
+                (tool_key, tool_policy.breaker, tool_obs),
+            ];
+            for (key, policy, obs) in pairs {
+                match self.with_breaker(&key, events, |b| b.record(&policy, now, &obs)) {
+                    Ok(Recorded::Counted) => summary.counted += 1,
+                    Ok(Recorded::Stale) => summary.stale += 1,
+                    Ok(Recorded::Ignored | Recorded::NotCounting) => summary.ignored += 1,
+                    Err(CoreError::LimitReached { .. }) => summary.dropped_limit += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.update_penalties(&timed, now, events);
+        Ok(Answer::Reported(summary))
+    }
+
+    /// Many replicas' reports in one entry, each applied as if alone and
+    /// answered on its own.
+    pub(super) fn report_batch(
+        &mut self,
+        reports: &[Report],
+        now: Timestamp,
+        events: &mut Vec<WatchEvent>,
+    ) -> Answer {
+        let answers = reports
+            .iter()
+            .map(
+                |r| match self.report(&r.namespace, &r.replica, &r.outcomes, now, events) {
+                    Ok(Answer::Reported(summary)) => Ok(summary),
+                    Ok(_) => Err(CoreError::invalid("reports", "unexpected answer")),
+                    Err(e) => Err(e),
+                },
+            )
+            .collect();
+        Answer::ReportedBatch(answers)
+    }
+}

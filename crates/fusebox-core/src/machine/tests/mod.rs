@@ -1,0 +1,3 @@
+//! Unit tests of the state machine, one file per command family (no IO).
+
+mod tools;

@@ -1,0 +1,3 @@
+//! Unit tests of the policy model, one file per part (no IO).
+
+mod document;
