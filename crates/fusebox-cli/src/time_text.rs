@@ -3,15 +3,24 @@
 //! The cluster speaks Unix milliseconds stamped by the Raft leader; tables
 //! show them as UTC (`2025-06-01T12:00:00Z`) with a relative hint ("in
 //! 18s", "3m ago") taken against this machine's clock. Durations on the
-//! command line are written `500ms`, `2s`, `10m`, `1h30m` or `1d`.
+//! command line are whole numbers in `humantime`'s notation: `500ms`, `2s`,
+//! `10m`, `1h30m`, `1d` (also `1h 30m`, `2days`). Printing instants is the
+//! core's `format_utc`, printing spans `jiff`'s friendly format
+//! (docs/decisions/0006-dates-and-durations.md).
 
 use fusebox_core::disclosure::format_utc;
 use fusebox_core::Timestamp;
+use jiff::fmt::friendly::SpanPrinter;
+use jiff::{RoundMode, Span, SpanRound, Unit};
+use std::fmt::Display;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Longest duration the CLI accepts, in milliseconds (a year); the server
 /// applies its own, tighter bounds.
 pub const DURATION_MS_MAX: u64 = 366 * 24 * 3_600_000;
+
+/// Spans in the coarse two-unit form `span` prints; zero reads `0ms`.
+static SPAN_PRINTER: SpanPrinter = SpanPrinter::new().zero_unit(Unit::Millisecond);
 
 /// This machine's clock in Unix milliseconds.
 pub fn now_ms() -> u64 {
@@ -42,61 +51,54 @@ pub fn instant_from(ms: u64, now: u64) -> String {
 }
 
 /// A duration, coarsely: `850ms`, `18s`, `4m 10s`, `2h 5m`, `3d 4h`.
+///
+/// The two largest units are kept and the rest is cut off, except that
+/// under a minute only whole seconds show.
 pub fn span(ms: u64) -> String {
-    let s = ms / 1000;
-    match s {
-        0 => format!("{ms}ms"),
-        1..=59 => format!("{s}s"),
-        60..=3_599 => two(s / 60, "m", s % 60, "s"),
-        3_600..=86_399 => two(s / 3_600, "h", s / 60 % 60, "m"),
-        _ => two(s / 86_400, "d", s / 3_600 % 24, "h"),
+    let smallest = match ms / 1000 {
+        0 => Unit::Millisecond,
+        1..=3_599 => Unit::Second,
+        3_600..=86_399 => Unit::Minute,
+        _ => Unit::Hour,
+    };
+    let coarse = SpanRound::new()
+        .largest(Unit::Day)
+        .smallest(smallest)
+        .mode(RoundMode::Trunc)
+        .days_are_24_hours();
+    let rounded = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| Span::new().try_milliseconds(ms).ok())
+        .and_then(|span| span.round(coarse).ok());
+    match rounded {
+        Some(span) => SPAN_PRINTER.span_to_string(&span),
+        // Beyond what a span holds (some twenty thousand years).
+        None => format!("{ms}ms"),
     }
 }
 
-fn two(major: u64, major_unit: &str, minor: u64, minor_unit: &str) -> String {
-    if minor == 0 {
-        format!("{major}{major_unit}")
-    } else {
-        format!("{major}{major_unit} {minor}{minor_unit}")
-    }
-}
-
-/// Parses `500ms`, `2s`, `10m`, `1h30m`, `1d` into milliseconds.
+/// Parses a whole duration (`500ms`, `2s`, `10m`, `1h30m`, `1d`) into
+/// milliseconds: positive, at most [`DURATION_MS_MAX`].
 pub fn parse_duration(text: &str) -> Result<u64, String> {
-    let bad = || format!("{text:?} is not a duration; write e.g. 500ms, 30s, 10m, 1h30m or 1d");
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
+    let bad = |why: &dyn Display| {
+        format!("{text:?} is not a duration ({why}); write e.g. 500ms, 30s, 10m, 1h30m or 1d")
+    };
+    // humantime also reads fractions (`1.5h`); a duration here is whole.
+    if text.contains('.') {
+        return Err(bad(&"fractions are not taken"));
     }
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit_ms = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        total = number
-            .checked_mul(unit_ms)
-            .and_then(|ms| total.checked_add(ms))
-            .ok_or_else(bad)?;
+    let duration = humantime::parse_duration(text.trim()).map_err(|e| bad(&e))?;
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        return Err(bad(&"finer than a millisecond"));
     }
-    if total == 0 {
+    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    if ms == 0 {
         return Err(format!("{text:?} is zero; a duration must be positive"));
     }
-    if total > DURATION_MS_MAX {
+    if ms > DURATION_MS_MAX {
         return Err(format!("{text:?} is longer than a year"));
     }
-    Ok(total)
+    Ok(ms)
 }
 
 #[cfg(test)]
@@ -112,6 +114,9 @@ mod tests {
             ("1h30m", 5_400_000),
             ("1d", 86_400_000),
             ("1m30s", 90_000),
+            ("1h 30m", 5_400_000),
+            ("2days", 172_800_000),
+            ("1000us", 1),
         ];
         for (text, ms) in cases {
             assert_eq!(parse_duration(text), Ok(ms), "{text}");
@@ -120,7 +125,10 @@ mod tests {
 
     #[test]
     fn bad_durations_are_refused_with_an_example() {
-        for text in ["", "10", "m", "10x", "0s", "-1s", "400d", "1.5h"] {
+        let bad = [
+            "", "10", "m", "10x", "0s", "-1s", "400d", "1.5h", "1500us", "2y",
+        ];
+        for text in bad {
             let err = parse_duration(text).err();
             assert!(err.is_some(), "{text} accepted");
         }
@@ -135,6 +143,10 @@ mod tests {
         assert_eq!(span(250_000), "4m 10s");
         assert_eq!(span(7_500_000), "2h 5m");
         assert_eq!(span(3 * 86_400_000), "3d");
+        assert_eq!(span(3 * 86_400_000 + 4 * 3_600_000 + 59_999), "3d 4h");
+        assert_eq!(span(59_999), "59s");
+        assert_eq!(span(0), "0ms");
+        assert_eq!(span(u64::MAX), format!("{}ms", u64::MAX));
     }
 
     #[test]
