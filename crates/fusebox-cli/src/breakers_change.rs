@@ -8,7 +8,7 @@
 //! resets it only at the generation it read, so it never closes a breaker
 //! that changed in between.
 
-use crate::breakers_cmd::read_view;
+use crate::breakers_read::read_view;
 use crate::breakers_view::{state_name, view_json};
 use crate::client::Session;
 use crate::failure::{rpc, Failure};

@@ -3,15 +3,16 @@
 //! Breakers are named `NS/SERVER[/TOOL[/BACKEND]]`. Reads refuse names the
 //! cluster does not know (see `known`), so a typo never reads as a healthy
 //! CLOSED breaker. Every change carries the operator's identity and reason
-//! into the breaker's audit trail (see `breakers_change`).
+//! into the breaker's audit trail (see `breakers_change`). This module
+//! parses and dispatches; it depends on `breakers_change`, `breakers_read`
+//! and `breakers_view`, and none of them on it.
 
 use crate::breakers_change::{apply, Change};
-use crate::breakers_view::{
-    history_table, list_table, transition_json, view_fields, view_json, PolicyInForce,
-};
+use crate::breakers_read::{policy_in_force, read_view};
+use crate::breakers_view::{history_table, list_table, transition_json, view_fields, view_json};
 use crate::client::{ClientArgs, Session};
-use crate::failure::{rpc, Failure};
-use crate::known::{document_in_force, ensure_breaker, ensure_namespace, key_to_proto};
+use crate::failure::rpc;
+use crate::known::{ensure_breaker, ensure_namespace, key_to_proto};
 use crate::table::print_fields;
 use crate::time_text::{now_ms, parse_duration};
 use clap::{Args, Subcommand, ValueEnum};
@@ -250,36 +251,6 @@ async fn list(
         list_table(&views, now_ms()).print();
     }
     Ok(())
-}
-
-/// Reads one breaker's view.
-pub async fn read_view(s: &Session, key: &BreakerKey) -> anyhow::Result<pb::BreakerView> {
-    let request = pb::GetBreakerRequest {
-        namespace: key.namespace.to_string(),
-        meta: s.meta(),
-        key: Some(key_to_proto(key)),
-    };
-    let reply = rpc("breakers show", s.breakers().get_breaker(request)).await?;
-    reply
-        .breaker
-        .ok_or_else(|| Failure::refused(format!("the cluster sent no view of {key}")).into())
-}
-
-async fn policy_in_force(s: &Session, key: &BreakerKey) -> anyhow::Result<PolicyInForce> {
-    let (version, document) = document_in_force(s, key.namespace.as_str()).await?;
-    let (tool, breaker) = match &key.tool {
-        Some(tool) => {
-            let policy = document.tool_policy(&key.server, tool);
-            let breaker = policy.breaker.clone();
-            (Some(policy), breaker)
-        }
-        None => (None, document.server_breaker(&key.server)),
-    };
-    Ok(PolicyInForce {
-        version,
-        tool,
-        breaker,
-    })
 }
 
 async fn show(s: &Session, key: &BreakerKey) -> anyhow::Result<()> {

@@ -13,6 +13,7 @@
 
 mod breakers_change;
 mod breakers_cmd;
+mod breakers_read;
 mod breakers_view;
 mod client;
 mod cluster_cmd;
