@@ -4,8 +4,9 @@
 //! cluster does not know (see `known`), so a typo never reads as a healthy
 //! CLOSED breaker. Every change carries the operator's identity and reason
 //! into the breaker's audit trail (see `breakers_change`). This module
-//! parses and dispatches; it depends on `breakers_change`, `breakers_read`
-//! and `breakers_view`, and none of them on it.
+//! parses the command line and runs the reads (list, show, history); it
+//! depends on `breakers_change`, `breakers_read` and `breakers_view`, and
+//! none of them on it.
 
 use crate::breakers_change::{apply, Change};
 use crate::breakers_read::{policy_in_force, read_view};
@@ -13,6 +14,7 @@ use crate::breakers_view::{history_table, list_table, transition_json, view_fiel
 use crate::client::{ClientArgs, Session};
 use crate::failure::rpc;
 use crate::known::{ensure_breaker, ensure_namespace, key_to_proto};
+use crate::limits::HISTORY_TRANSITIONS_DEFAULT;
 use crate::table::print_fields;
 use crate::time_text::{now_ms, parse_duration};
 use clap::{Args, Subcommand, ValueEnum};
@@ -129,7 +131,7 @@ enum BreakersCommand {
         #[arg(value_parser = parse_key)]
         key: BreakerKey,
         /// Most transitions to print.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = HISTORY_TRANSITIONS_DEFAULT)]
         limit: usize,
     },
 }

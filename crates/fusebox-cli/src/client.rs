@@ -7,6 +7,9 @@
 //! in the audit.
 
 use crate::failure::{ExitKind, Failure};
+use crate::limits::{
+    CONNECT_TIMEOUT_MS, ENDPOINTS_MAX, LEADER_LOOKUP_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
+};
 use clap::Args;
 use fusebox_core::limits::ID_BYTES_MAX;
 use fusebox_proto::v1::breakers_client::BreakersClient;
@@ -18,14 +21,6 @@ use fusebox_proto::v1::{RequestMeta, StatusRequest};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
-/// How long connecting to one endpoint may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// The deadline of every request the CLI sends.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Endpoints tried before giving up, so a pasted list cannot stall the CLI.
-pub const ENDPOINTS_MAX: usize = 16;
-/// How long asking the endpoint for the leader may take.
-pub const LEADER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// What the CLI calls itself in `RequestMeta.caller`.
 pub const CALLER: &str = "fusebox-cli";
 
@@ -60,10 +55,8 @@ impl ClientArgs {
             .take(ENDPOINTS_MAX);
         for addr in addrs {
             let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                .map_err(|e| Failure::bad_input(format!("endpoint {addr:?}: {e}")))?
-                .connect_timeout(CONNECT_TIMEOUT)
-                .timeout(REQUEST_TIMEOUT);
-            match endpoint.connect().await {
+                .map_err(|e| Failure::bad_input(format!("endpoint {addr:?}: {e}")))?;
+            match with_timeouts(endpoint).connect().await {
                 Ok(channel) => return Ok(channel),
                 Err(e) => last = Some(format!("{addr}: {:#}", anyhow::Error::new(e))),
             }
@@ -111,7 +104,7 @@ impl ClientArgs {
 /// answers.
 async fn leader_channel(here: &Channel) -> Option<Channel> {
     let mut request = tonic::Request::new(StatusRequest::default());
-    request.set_timeout(LEADER_LOOKUP_TIMEOUT);
+    request.set_timeout(Duration::from_millis(LEADER_LOOKUP_TIMEOUT_MS));
     let status = ClusterClient::new(here.clone())
         .status(request)
         .await
@@ -119,13 +112,15 @@ async fn leader_channel(here: &Channel) -> Option<Channel> {
         .into_inner();
     let leader = status.leader_id.filter(|l| *l != status.node_id)?;
     let member = status.members.iter().find(|m| m.id == leader)?;
-    Endpoint::from_shared(format!("http://{}", member.address))
-        .ok()?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(REQUEST_TIMEOUT)
-        .connect()
-        .await
-        .ok()
+    let endpoint = Endpoint::from_shared(format!("http://{}", member.address)).ok()?;
+    with_timeouts(endpoint).connect().await.ok()
+}
+
+/// An endpoint with the CLI's connect timeout and request deadline.
+fn with_timeouts(endpoint: Endpoint) -> Endpoint {
+    endpoint
+        .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+        .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
 }
 
 /// A connection to the cluster with the caller's settings.

@@ -13,13 +13,11 @@
 
 use crate::client::Session;
 use crate::failure::{rpc, Failure};
+use crate::limits::SERVER_PAGES_MAX;
 use fusebox_core::breaker::BreakerKey;
 use fusebox_core::policy::{PolicyDocument, PolicyFormat};
 use fusebox_proto::v1 as pb;
 use tonic::Code;
-
-/// Pages read when looking for one breaker among its server's breakers.
-const SERVER_PAGES_MAX: usize = 20;
 
 /// The namespace's current policy version, or `None` when it has none.
 pub async fn current_policy(s: &Session, ns: &str) -> anyhow::Result<Option<pb::PolicyVersion>> {

@@ -21,6 +21,7 @@ mod failure;
 mod killswitch_cmd;
 mod known;
 mod ledger_cmd;
+mod limits;
 mod manifest;
 mod policy_cmd;
 mod serve;
@@ -29,7 +30,7 @@ mod time_text;
 mod tools_cmd;
 
 use clap::{Parser, Subcommand};
-use failure::{error_json, exit_kind, EXIT_CODES_HELP};
+use failure::{error_json, exit_kind, ExitKind, EXIT_CODES_HELP};
 use std::process::ExitCode;
 
 /// Fleet-wide circuit breakers and an idempotency ledger for AI agents' tools.
@@ -82,7 +83,8 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(1);
+            // Not the cluster's doing, but 1 is the general failure code.
+            return ExitCode::from(ExitKind::Refused.code());
         }
     };
     let result = runtime.block_on(async {

@@ -12,14 +12,11 @@
 //! leader's time, so every replica agrees on its verdict.
 
 use crate::failure::Failure;
+use crate::limits::MANIFEST_BYTES_MAX;
 use fusebox_core::limits::{DISCLOSURE_BLOCK_BYTES_MAX, TOOLS_PER_SERVER_MAX};
 use fusebox_proto::v1 as pb;
 use serde_json::Value;
 use std::path::Path;
-
-/// Largest manifest file read, in bytes: the most tools with the largest
-/// blocks and generous room for schemas and descriptions.
-pub const MANIFEST_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 /// The MCP annotation keys of the four hints, in the wire field order.
 const HINTS: [&str; 4] = [

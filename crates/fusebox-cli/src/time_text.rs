@@ -8,16 +8,13 @@
 //! core's `format_utc`, printing spans `jiff`'s friendly format
 //! (docs/decisions/0006-dates-and-durations.md).
 
+use crate::limits::DURATION_MS_MAX;
 use fusebox_core::disclosure::format_utc;
 use fusebox_core::Timestamp;
 use jiff::fmt::friendly::SpanPrinter;
 use jiff::{RoundMode, Span, SpanRound, Unit};
 use std::fmt::Display;
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Longest duration the CLI accepts, in milliseconds (a year); the server
-/// applies its own, tighter bounds.
-pub const DURATION_MS_MAX: u64 = 366 * 24 * 3_600_000;
 
 /// Spans in the coarse two-unit form `span` prints; zero reads `0ms`.
 static SPAN_PRINTER: SpanPrinter = SpanPrinter::new().zero_unit(Unit::Millisecond);
