@@ -8,9 +8,9 @@
 //! is queued only after its batch was written, so the sync it waits for
 //! covers that batch.
 //!
-//! The queue holds at most [`FLUSH_QUEUE_MAX`] callbacks; a full queue makes
-//! the (blocking-pool) append wait, which slows openraft down rather than
-//! growing memory. Dropping the [`Flusher`] closes the queue; the thread
+//! The queue holds at most [`FLUSH_QUEUE_CALLBACKS_MAX`] callbacks; a full
+//! queue makes the (blocking-pool) append wait, which slows openraft down
+//! rather than growing memory. Dropping the [`Flusher`] closes the queue; the thread
 //! flushes what is left, completes it, and is joined, so the database is
 //! closed when the last handle goes.
 //!
@@ -19,6 +19,7 @@
 //! before its callback runs, so durability is the same and no real-time
 //! thread decides when an append completes.
 
+use crate::limits::FLUSH_QUEUE_CALLBACKS_MAX;
 use crate::types::TypeConfig;
 use openraft::storage::IOFlushed;
 use rocksdb::DB;
@@ -26,9 +27,6 @@ use std::io;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-
-/// Callbacks waiting for an fsync, at most.
-pub(crate) const FLUSH_QUEUE_MAX: usize = 1024;
 
 /// A handle on the flusher thread; dropping it stops and joins the thread.
 pub(crate) struct Flusher {
@@ -56,7 +54,7 @@ impl Flusher {
                 inline: Some(db),
             });
         }
-        let (queue, pending) = sync_channel(FLUSH_QUEUE_MAX);
+        let (queue, pending) = sync_channel(FLUSH_QUEUE_CALLBACKS_MAX);
         let thread = std::thread::Builder::new()
             .name("raft-log-flush".into())
             .spawn(move || run(&db, &pending))?;
@@ -118,7 +116,7 @@ impl Drop for Flusher {
 fn run(db: &DB, pending: &Receiver<IOFlushed<TypeConfig>>) {
     while let Ok(first) = pending.recv() {
         let mut callbacks = vec![first];
-        callbacks.extend(pending.try_iter().take(FLUSH_QUEUE_MAX));
+        callbacks.extend(pending.try_iter().take(FLUSH_QUEUE_CALLBACKS_MAX));
         let synced = db.flush_wal(true).map_err(|e| e.to_string());
         if let Err(e) = &synced {
             tracing::error!(error = %e, "raft log fsync failed");

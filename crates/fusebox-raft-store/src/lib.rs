@@ -4,15 +4,22 @@
 //! - [`types`]: the openraft type configuration (entries carry a core
 //!   [`fusebox_core::machine::Command`] stamped with the leader's clock).
 //! - [`LogStore`] / [`LogReader`]: the Raft log and vote in RocksDB.
-//! - [`StateStore`]: the core [`fusebox_core::machine::StateMachine`] in
-//!   memory, plus the last applied log id and membership, with snapshots
-//!   persisted so a restart resumes from the latest one and replays the
-//!   committed log after it.
+//! - [`StateStore`]: the core [`fusebox_core::machine::StateMachine`], its
+//!   fleet (breakers, policies) in memory and its ledger in RocksDB
+//!   ([`RocksLedger`]), plus the last applied log id and membership, with
+//!   snapshots persisted so a restart resumes from the latest one and
+//!   replays the committed log after it. [`StateSnapshotBuilder`] copies it
+//!   while entries keep being applied; an [`ApplyObserver`] hears of every
+//!   change.
 //!
-//! [`open`] opens one RocksDB instance in the data directory with three
-//! column families: `logs`, `meta` (vote, committed, last purged) and
-//! `snapshot`. One instance means one write-ahead log, which orders every
-//! write, votes and log entries alike.
+//! [`open`] opens one RocksDB instance in the data directory with five
+//! column families: `logs` (the entries), `meta` (vote, committed, last
+//! purged, and the last log index whose ledger changes are on disk),
+//! `snapshot` (the persisted snapshot: its metadata, its head and its
+//! bytes), `ledger` (the records) and `ledger_index` (the ledger's secondary
+//! indexes, deadlines and per-namespace counts). One instance means one
+//! write-ahead log, which orders every write, votes, log entries, ledger
+//! changes and snapshots alike.
 //!
 //! # Durability guarantees
 //!
@@ -23,17 +30,25 @@
 //! | `truncate_after` | before it returns (`sync = true`) |
 //! | `purge` | `last_purged` and the deletion in one atomic batch, synced by the next fsync (it only drops what a durable snapshot covers) |
 //! | `save_committed` | survives a process crash at once; synced by the next fsync |
-//! | `apply` | never: the state is in memory, the committed log is its record |
-//! | `build_snapshot`, `install_snapshot` | before they return (`sync = true`), metadata and bytes in one batch |
+//! | `apply` | never by itself: the entry's ledger changes and its index go in one unsynced batch, the fleet stays in memory, and the committed log is the record a restart replays |
+//! | `build_snapshot` | before it returns (`sync = true`), metadata, head and bytes in one batch; not written at all if the snapshot on disk is newer (an install overtook the build) |
+//! | `install_snapshot` | before it returns: the ledger replaced in one synced batch, then the snapshot's metadata, head and bytes in another |
 //!
-//! No RocksDB call runs on a tokio worker thread: reads and writes run on
-//! tokio's blocking pool and WAL fsyncs for appends on a dedicated flusher
-//! thread. Data read from disk is never trusted: a corrupt value is an
-//! `io::Error` of kind `InvalidData` (which stops Raft), never a panic.
+//! The store's RocksDB calls run on tokio's blocking pool ([`blocking`]),
+//! and WAL fsyncs for appends on a dedicated flusher thread; on a thread
+//! marked by [`run_inline`] (the deterministic simulation) both run inline
+//! instead. Two calls block and are the caller's to place: [`open`], and
+//! the closure given to [`StateStore::with_state`] when it reads the
+//! ledger. Data read from disk is never trusted: a value that does not
+//! decode is an `io::Error` naming what was read (a failed ledger read
+//! refuses the commit of the entry being applied), which stops Raft, never
+//! a panic.
 //!
 //! The snapshot data type is [`SnapshotData`]: the core's snapshot
 //! encoding, in memory or (the persisted one) read from disk only when it is
 //! sent or installed; the server's network sends it in chunks.
+//!
+//! The store's one bound of its own, the flusher's queue, is in `limits.rs`.
 
 #![deny(missing_docs)]
 
@@ -41,7 +56,10 @@ mod codec;
 mod error;
 mod flusher;
 mod ledger_store;
+mod limits;
+mod live;
 mod log_store;
+mod observer;
 mod rocks;
 mod snapshot_builder;
 mod snapshot_slot;
@@ -51,9 +69,10 @@ pub mod types;
 pub use error::StoreError;
 pub use ledger_store::RocksLedger;
 pub use log_store::{LogReader, LogStore};
+pub use observer::ApplyObserver;
 pub use rocks::{blocking, run_inline};
 pub use snapshot_builder::StateSnapshotBuilder;
-pub use state_store::{ApplyObserver, StateStore};
+pub use state_store::StateStore;
 pub use types::{
     snapshot_data, Entry, LogId, Node, NodeId, RaftRuntime, Request, Response, Snapshot,
     SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, Vote,
@@ -62,10 +81,11 @@ pub use types::{
 use std::path::Path;
 use std::sync::Arc;
 
-/// Opens (creating if missing) the node's store in `dir`, and restores the
-/// state machine from the persisted snapshot, if any.
+/// Opens (creating if missing) the node's store in `dir`: the log as it is,
+/// the ledger as it is on disk, and the fleet restored from the persisted
+/// snapshot's head, if there is one.
 ///
-/// It blocks (disk reads, and a snapshot restore that may be large): call it
+/// It blocks (disk reads, and decoding the fleet, which may be large): call it
 /// before starting the runtime's work, or from `spawn_blocking`. Only one
 /// process may hold a directory open; a second open fails.
 pub fn open(dir: &Path) -> Result<(LogStore, StateStore), StoreError> {

@@ -6,32 +6,40 @@
 //! last applied log id and membership, and a RocksDB snapshot of the ledger.
 //! The lock is then released, and the ledger's records are streamed from
 //! that view into the encoding and persisted, all on the blocking pool,
-//! while entries keep being applied.
+//! while entries keep being applied. A built snapshot older than the one
+//! already persisted (an install overtook it) is returned but not saved.
+//!
+//! The builder works on the state the store shares ([`crate::live`]), not on
+//! the [`StateStore`](crate::StateStore) itself: the store hands builders
+//! out, and this module does not depend on it.
 
+use crate::live::Shared;
 use crate::rocks::blocking;
 use crate::snapshot_slot::Save;
-use crate::state_store::StateStore;
-use crate::types::{snapshot_data, Snapshot, SnapshotMeta, TypeConfig};
+use crate::types::{snapshot_data, Snapshot, SnapshotData, SnapshotMeta, TypeConfig};
 use fusebox_core::machine::SnapshotWriter;
 use openraft::RaftSnapshotBuilder;
 use std::io;
+use std::sync::Arc;
 
-/// openraft's handle for building one snapshot of a [`StateStore`].
+/// openraft's handle for building one snapshot of a
+/// [`StateStore`](crate::StateStore).
 pub struct StateSnapshotBuilder {
-    store: StateStore,
+    shared: Arc<Shared>,
 }
 
 impl StateSnapshotBuilder {
-    pub(crate) fn new(store: StateStore) -> StateSnapshotBuilder {
-        StateSnapshotBuilder { store }
+    /// A builder over the state a store shares.
+    pub(crate) fn new(shared: Arc<Shared>) -> StateSnapshotBuilder {
+        StateSnapshotBuilder { shared }
     }
 }
 
 /// Encodes the state as of one applied entry; blocks.
-fn build(store: &StateStore) -> io::Result<(SnapshotMeta, Vec<u8>)> {
-    let db = store.db().clone();
+fn build(shared: &Shared) -> io::Result<(SnapshotMeta, Vec<u8>)> {
+    let db = shared.db.clone();
     let (meta, fleet, view) = {
-        let live = store.lock()?;
+        let live = shared.lock()?;
         let meta = SnapshotMeta {
             last_log_id: live.last_applied,
             last_membership: live.last_membership.clone(),
@@ -41,20 +49,20 @@ fn build(store: &StateStore) -> io::Result<(SnapshotMeta, Vec<u8>)> {
     let encode_error =
         |e: fusebox_core::CoreError| io::Error::other(format!("encode snapshot: {e}"));
     let mut writer = SnapshotWriter::new(&fleet).map_err(encode_error)?;
-    store
-        .ledger()
+    shared
+        .ledger
         .write_snapshot_records(&db, &view, &mut writer)?;
     Ok((meta, writer.finish()))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateSnapshotBuilder {
-    type SnapshotData = crate::types::SnapshotData;
+    type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let store = self.store.clone();
+        let shared = self.shared.clone();
         let (meta, data) = blocking(move || {
-            let (meta, data) = build(&store)?;
-            store.snapshots().save(&meta, &data, Save::IfNotOlder)?;
+            let (meta, data) = build(&shared)?;
+            shared.snapshots.save(&meta, &data, Save::IfNotOlder)?;
             Ok((meta, data))
         })
         .await?;

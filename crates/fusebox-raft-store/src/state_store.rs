@@ -9,8 +9,9 @@
 //! and the committed log is its durable record. Snapshots are persisted
 //! (see [`crate::snapshot_slot`]): a built or installed snapshot is on disk
 //! (written with `sync = true`) before `build_snapshot` or
-//! `install_snapshot` returns. On open the store reads the fleet from that
-//! snapshot and opens the ledger where it is, so
+//! `install_snapshot` returns, unless a built one is older than the one
+//! already persisted, which is then kept. On open the store reads the fleet
+//! from that snapshot and opens the ledger where it is, so
 //! [`RaftStateMachine::applied_state`] reports the snapshot's log id, and
 //! openraft re-applies the committed log after it (ledger writes the disk
 //! already holds are skipped).
@@ -18,13 +19,16 @@
 //! # Locking
 //!
 //! One `std::sync::Mutex` guards the state, the last applied log id and the
-//! membership together, so every reader sees them consistent. It is never
-//! held across an `.await`: each entry is applied under a short lock on the
-//! blocking pool (the ledger reads and writes RocksDB), and a snapshot is
-//! copied under the lock (the fleet, and a RocksDB point-in-time view of the
-//! ledger) then encoded and persisted without it.
+//! membership together ([`crate::live`]), so every reader sees them
+//! consistent. It is never held across an `.await`: each entry is applied
+//! under a short lock on the blocking pool (the ledger reads and writes
+//! RocksDB), and a snapshot is copied under the lock (the fleet, and a
+//! RocksDB point-in-time view of the ledger) then encoded and persisted
+//! without it ([`crate::snapshot_builder`]).
 
-use crate::ledger_store::{LedgerControl, RocksLedger};
+use crate::ledger_store::RocksLedger;
+use crate::live::{Live, Shared};
+use crate::observer::ApplyObserver;
 use crate::rocks::blocking;
 use crate::snapshot_builder::StateSnapshotBuilder;
 use crate::snapshot_slot::{Save, SnapshotSlot};
@@ -32,48 +36,19 @@ use crate::types::{
     Entry, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use fusebox_core::ledger::BoxedLedger;
-use fusebox_core::machine::{Fleet, SharedStateMachine, SnapshotReader, StateMachine, WatchEvent};
+use fusebox_core::machine::{Fleet, SharedStateMachine, SnapshotReader, StateMachine};
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use rocksdb::DB;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
-
-/// Learns of every state change while the state lock is held, so what it
-/// publishes (watch events) is in exactly the order of the state.
-///
-/// Calls must be short and must not call back into the [`StateStore`]
-/// (the lock is held: that would deadlock). They may come from a tokio
-/// worker or from a blocking-pool thread.
-pub trait ApplyObserver: Send + Sync + 'static {
-    /// A normal entry was applied in `took`; `events` are its watch events
-    /// (maybe none).
-    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent], took: Duration);
-    /// A snapshot replaced the whole state.
-    fn installed(&self, state: &SharedStateMachine);
-}
+use std::sync::Arc;
+use std::time::Instant;
 
 /// The state machine store; cheap to clone, every clone shares the state.
 #[derive(Clone)]
 pub struct StateStore {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    live: Mutex<Live>,
-    snapshots: SnapshotSlot,
-    ledger: LedgerControl,
-    db: Arc<DB>,
-}
-
-/// What the lock guards.
-pub(crate) struct Live {
-    pub(crate) sm: SharedStateMachine,
-    pub(crate) last_applied: Option<LogId>,
-    pub(crate) last_membership: StoredMembership,
-    observer: Option<Arc<dyn ApplyObserver>>,
+    shared: Arc<Shared>,
 }
 
 impl StateStore {
@@ -99,70 +74,35 @@ impl StateStore {
         };
         tracing::info!(last_applied = ?live.last_applied, "state machine opened");
         Ok(StateStore {
-            inner: Arc::new(Inner {
-                live: Mutex::new(live),
-                snapshots,
-                ledger: control,
-                db,
-            }),
+            shared: Arc::new(Shared::new(live, snapshots, control, db)),
         })
     }
 
     /// Sets who learns of state changes (replacing any earlier observer).
     pub fn set_observer(&self, observer: Arc<dyn ApplyObserver>) {
-        self.lock_for_read().observer = Some(observer);
+        self.shared.lock_for_read().observer = Some(observer);
     }
 
     /// Runs a short, synchronous read of the state under the lock.
     ///
     /// Ledger reads inside `f` touch RocksDB: call it from the blocking pool.
     pub fn with_state<T>(&self, f: impl FnOnce(&SharedStateMachine) -> T) -> T {
-        f(&self.lock_for_read().sm)
+        f(&self.shared.lock_for_read().sm)
     }
 
     /// Ledger records on disk, in all namespaces.
     pub fn ledger_records(&self) -> u64 {
-        self.inner.ledger.total()
+        self.shared.ledger.total()
     }
 
-    /// The last log id applied to the in-memory state.
+    /// The last log id applied to the state machine.
     pub fn last_applied(&self) -> Option<LogId> {
-        self.lock_for_read().last_applied
-    }
-
-    /// The lock, for writers: a poisoned lock (an apply or observer
-    /// panicked mid-change) is an error that stops Raft.
-    pub(crate) fn lock(&self) -> io::Result<MutexGuard<'_, Live>> {
-        self.inner
-            .live
-            .lock()
-            .map_err(|_| io::Error::other("state machine lock poisoned: an apply panicked"))
-    }
-
-    /// The lock, for readers: after a panic Raft has stopped, and reads of
-    /// the last state are still allowed.
-    fn lock_for_read(&self) -> MutexGuard<'_, Live> {
-        self.inner
-            .live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn snapshots(&self) -> &SnapshotSlot {
-        &self.inner.snapshots
-    }
-
-    pub(crate) fn ledger(&self) -> &LedgerControl {
-        &self.inner.ledger
-    }
-
-    pub(crate) fn db(&self) -> &Arc<DB> {
-        &self.inner.db
+        self.shared.lock_for_read().last_applied
     }
 
     /// Applies one entry; blocks (the ledger is in RocksDB).
     fn apply_entry(&self, entry: Entry) -> io::Result<Response> {
-        let mut guard = self.lock()?;
+        let mut guard = self.shared.lock()?;
         let live = &mut *guard;
         let response = match entry.payload {
             EntryPayload::Blank => Response::default(),
@@ -172,9 +112,9 @@ impl StateStore {
             }
             EntryPayload::Normal(request) => {
                 let started = Instant::now();
-                self.inner.ledger.begin_entry(entry.log_id.index);
+                self.shared.ledger.begin_entry(entry.log_id.index);
                 let applied = live.sm.apply(&request.command, request.at());
-                self.inner.ledger.commit()?;
+                self.shared.ledger.commit()?;
                 if let Some(observer) = &live.observer {
                     observer.applied(&live.sm, &applied.events, started.elapsed());
                 }
@@ -193,12 +133,12 @@ impl StateStore {
     /// persisted fleet, which a restart's replay handles.
     fn install_blocking(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
         let (fleet, mut reader) = SnapshotReader::open(data).map_err(|e| refused(meta, e))?;
-        let mut guard = self.lock()?;
-        self.inner
+        let mut guard = self.shared.lock()?;
+        self.shared
             .ledger
             .install(&mut reader, meta.last_log_id.map(|id| id.index))
             .map_err(|e| io::Error::new(e.kind(), format!("snapshot {meta} refused: {e}")))?;
-        self.inner.snapshots.save(meta, data, Save::Always)?;
+        self.shared.snapshots.save(meta, data, Save::Always)?;
         let live = &mut *guard;
         live.sm.replace_fleet(fleet);
         live.last_applied = meta.last_log_id;
@@ -229,7 +169,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     type SnapshotBuilder = StateSnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
-        let live = self.lock()?;
+        let live = self.shared.lock()?;
         Ok((live.last_applied, live.last_membership.clone()))
     }
 
@@ -248,7 +188,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> StateSnapshotBuilder {
-        StateSnapshotBuilder::new(self.clone())
+        StateSnapshotBuilder::new(self.shared.clone())
     }
 
     async fn install_snapshot(
@@ -264,7 +204,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let store = self.clone();
-        blocking(move || store.snapshots().load()).await
+        let shared = self.shared.clone();
+        blocking(move || shared.snapshots.load()).await
     }
 }

@@ -1,0 +1,13 @@
+//! The store's own bounds, in one place, each with its unit in its name.
+//!
+//! The store has one queue of its own and no timers: every other bound on
+//! what it holds or reads comes from its callers (ledger scan budgets and
+//! record counts from [`fusebox_core::limits`], snapshot and message sizes
+//! from the server's transport), and openraft sets the pace of appends,
+//! snapshots and purges.
+
+/// Append completions waiting for the flusher's next WAL fsync, at most; a
+/// full queue makes the next append wait (on the blocking pool), which
+/// slows openraft down rather than growing memory. One fsync completes the
+/// callback that woke the flusher and up to this many more.
+pub(crate) const FLUSH_QUEUE_CALLBACKS_MAX: usize = 1024;
