@@ -1,8 +1,9 @@
 //! Why opening the store failed.
 //!
 //! Once open, the stores speak `std::io::Error`, as openraft's storage
-//! traits require; a corrupt value read from disk becomes an error of kind
-//! `InvalidData` naming what was being read, never a panic.
+//! traits require; a corrupt value read from disk becomes an error naming
+//! what was being read (of kind `InvalidData`, or, for a ledger read while
+//! applying, the refused commit of that entry), never a panic.
 
 use std::io;
 use std::path::PathBuf;

@@ -5,9 +5,10 @@
 //!
 //! - `ledger`: `key(namespace) key(idempotency key)` → the encoded record.
 //! - `ledger_index`: one empty value per index entry, under a tag byte:
-//!   `i` intent, `t` tool, `s` status, `o` operation id (each
-//!   `tag key(ns) key(value) key(idempotency key)`), `d` deadlines
-//!   (`tag millis(8, big-endian) key(ns) key(idempotency key)`), and `c`
+//!   `i` intent, `t` tool, `o` operation id (each
+//!   `tag key(ns) key(value) key(idempotency key)`), `s` status
+//!   (`s key(ns) status-byte key(idempotency key)`), `d` deadlines
+//!   (`d millis(8, big-endian) key(ns) key(idempotency key)`), and `c`
 //!   per-namespace record counts (`c key(ns)` → u64, little-endian).
 //! - `meta` / `ledger_applied`: the last log index whose ledger changes are
 //!   on disk.

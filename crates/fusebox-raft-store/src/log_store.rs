@@ -1,7 +1,8 @@
 //! The Raft log and vote, in RocksDB.
 //!
 //! Layout: column family `logs` maps an index (8 bytes, big-endian) to an
-//! encoded entry; `meta` holds `vote`, `committed` and `last_purged`.
+//! encoded entry; `meta` holds `vote`, `committed` and `last_purged` (and
+//! the ledger's applied index, written by [`crate::ledger_store`]).
 //!
 //! # Durability (what is fsynced when)
 //!
@@ -11,7 +12,8 @@
 //!   before `append` returns, so every reader sees them at once. The
 //!   completion callback is queued to the [flusher](crate::flusher) thread,
 //!   which calls it only after `flush_wal(true)` has synced the WAL up to and
-//!   past that batch.
+//!   past that batch (inline, the append syncs the WAL itself before calling
+//!   it).
 //! - **truncate_after**: one batch, written with `sync = true` (truncation
 //!   is rare: a follower dropping a deposed leader's tail).
 //! - **purge**: one batch that first records `last_purged`, then deletes the
@@ -19,12 +21,14 @@
 //!   already covers; if a power loss undoes it, the entries reappear and are
 //!   purged again.
 //! - **committed**: written without a sync. It survives a process crash (the
-//!   WAL is in the OS page cache) and is synced by the next vote or append;
+//!   WAL is in the OS page cache) and is synced by the next synced write
+//!   (a vote, an append's fsync, a truncation, a snapshot);
 //!   after a power loss it may lag, so openraft re-applies less on restart
 //!   (the server waits for recovery before serving reads).
 //!
 //! All writes share one WAL, so they reach disk in the order they were made,
-//! and every RocksDB call runs on tokio's blocking pool.
+//! and every RocksDB call runs on tokio's blocking pool (inline on a thread
+//! marked by [`crate::run_inline`]).
 
 use crate::codec::{corrupt, decode, encode, index_key, key_index};
 use crate::flusher::{enqueue, Flusher};

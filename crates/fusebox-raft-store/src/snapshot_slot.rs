@@ -3,9 +3,10 @@
 //! Three keys, `meta` (the encoded [`SnapshotMeta`]), `data` (the core's
 //! snapshot bytes, as is) and `head` (the leading part of `data` that holds
 //! the fleet, so a restart reads the fleet without the ledger records), are
-//! always written together in one `WriteBatch` with `sync = true`: they are
-//! replaced atomically and are on disk before the call returns. RocksDB's block checksums guard the bytes at rest; the
-//! core's `StateMachine::restore` refuses anything it did not write.
+//! always written together in one `WriteBatch` with `sync = true`, then
+//! flushed: they are replaced atomically and are on disk before the call
+//! returns. RocksDB's block checksums guard the bytes at rest; the core's
+//! `SnapshotReader` refuses anything it did not write.
 //!
 //! A snapshot built from the live state may finish after a newer snapshot was
 //! installed (building runs concurrently with the state machine worker), so a
