@@ -210,7 +210,6 @@ impl Client {
         Duration::from_millis(disclosed.unwrap_or(policy.timeout_ms))
     }
 
-    /// The context handed to one attempt.
     /// Counts the intent and resolves the tool's policy; a write-effect tool
     /// is refused here while the kill switch is on.
     pub(crate) fn open_intent(
@@ -226,6 +225,7 @@ impl Client {
         Ok(policy)
     }
 
+    /// The context handed to one attempt.
     pub(crate) fn context(
         &self,
         journey: &Journey,
