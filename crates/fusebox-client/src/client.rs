@@ -1,6 +1,6 @@
 //! The client a replica embeds: connection, local view, reporter, metrics.
 
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, CLOSE_GRACE_MS, VIEW_POLL_PERIOD_MS};
 use crate::convert::tool_key;
 use crate::decision::Decision;
 use crate::endpoints::Endpoints;
@@ -115,7 +115,7 @@ impl Client {
             if started.elapsed() >= within {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(VIEW_POLL_PERIOD_MS)).await;
         }
         true
     }
@@ -131,7 +131,7 @@ impl Client {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        let bound = self.inner.config.rpc_timeout() + Duration::from_secs(1);
+        let bound = self.inner.config.rpc_timeout() + Duration::from_millis(CLOSE_GRACE_MS);
         for task in tasks {
             let _ = tokio::time::timeout(bound, task).await;
         }

@@ -1,14 +1,44 @@
 //! What a replica tells the client: where the cluster is, who it is, and
 //! every bound and period, each with its unit in its name.
+//!
+//! This is the one place for the crate's limits and timings: what a
+//! replica may tune is a field of [`ClientConfig`] (its default in
+//! [`ClientConfig::new`]); what it may not is a constant below. Bounds of
+//! the replicated state itself (key lengths, lease lengths, batch sizes)
+//! are the core's ([`fusebox_core::limits`]).
 
 use crate::error::ClientError;
+use fusebox_core::limits::BATCH_OUTCOMES_MAX;
 use fusebox_core::{Namespace, ReplicaId};
 use std::time::Duration;
+
+/// Most local fallback breakers kept; past it new keys are not guarded
+/// locally, so a replica calling endless distinct tools holds bounded
+/// memory.
+pub(crate) const LOCAL_BREAKERS_MAX: usize = 4_096;
+/// Most resolved tool policies cached; past it policies are resolved per
+/// call (correct, just slower).
+pub(crate) const TOOL_POLICIES_CACHED_MAX: usize = 4_096;
+/// Most disclosures kept (cluster-fed and imported, each), and most hinted
+/// effect classes and observed latencies, so the view stays bounded
+/// whatever the cluster sends.
+pub(crate) const DISCLOSURES_MAX: usize = 4_096;
+/// Outcomes reserved up front for one report batch; a larger batch grows
+/// as it fills, so a large `report_batch_outcomes_max` costs nothing when
+/// batches are small.
+pub(crate) const REPORT_BATCH_PREALLOCATE_OUTCOMES: usize = 64;
+/// How often [`Client::wait_fresh`](crate::Client::wait_fresh) looks at the
+/// view again, in milliseconds.
+pub(crate) const VIEW_POLL_PERIOD_MS: u64 = 10;
+/// Time [`Client::close`](crate::Client::close) gives each background task
+/// beyond the RPC deadline (the last report flush), in milliseconds.
+pub(crate) const CLOSE_GRACE_MS: u64 = 1_000;
 
 /// Settings of one [`Client`](crate::Client).
 ///
 /// The defaults suit a production fleet; tests shorten the periods. Every
-/// limit is here so that no queue, wait or retry in the crate is unbounded.
+/// limit a replica may tune is here, and the fixed ones are the constants
+/// above, so that no queue, wait or retry in the crate is unbounded.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// gRPC addresses (`host:port`) of cluster nodes; any node answers any
@@ -42,7 +72,8 @@ pub struct ClientConfig {
     /// and counted, never waited for.
     pub report_buffer_outcomes_max: usize,
     /// Outcomes sent in one `ReportOutcomes` call; the buffer is flushed as
-    /// soon as it holds this many. At most the server's 4096.
+    /// soon as it holds this many. At most the core's `BATCH_OUTCOMES_MAX`,
+    /// which the server enforces.
     pub report_batch_outcomes_max: usize,
     /// The buffer is flushed at least this often while it holds anything.
     pub report_flush_interval_ms: u64,
@@ -97,10 +128,10 @@ impl ClientConfig {
                 "buffers must hold at least 1",
             ));
         }
-        if self.report_batch_outcomes_max > fusebox_core::limits::BATCH_OUTCOMES_MAX {
+        if self.report_batch_outcomes_max > BATCH_OUTCOMES_MAX {
             return Err(bad(
                 "report_batch_outcomes_max",
-                "must not exceed the server's batch_outcomes_max (4096)",
+                &format!("must not exceed the server's batch_outcomes_max ({BATCH_OUTCOMES_MAX})"),
             ));
         }
         if self.rpc_timeout_ms == 0 || self.report_flush_interval_ms == 0 {

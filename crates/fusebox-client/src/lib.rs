@@ -32,7 +32,9 @@
 //!
 //! Invariants this crate keeps:
 //! - **No unbounded wait.** Every network call has a deadline; every queue
-//!   and buffer has a bound ([`ClientConfig`] names each one with its unit).
+//!   and buffer has a bound, each named with its unit in `config.rs`: a
+//!   field of [`ClientConfig`] when a replica may tune it, a constant
+//!   beside it when not.
 //! - **Inner before outer.** A tool's deadline never reaches past the
 //!   journey's budget less its reserve, so the agent always has time left to
 //!   answer.

@@ -13,6 +13,7 @@
 //! that when the cluster goes away they already hold the recent evidence.
 //! Time is the replica's wall clock, passed in as a value.
 
+use crate::config::LOCAL_BREAKERS_MAX;
 use crate::tool::ToolRef;
 use fusebox_core::breaker::{
     admit, Admission, Breaker, BreakerKey, BreakerView, Observation, ProbeAnswer,
@@ -21,9 +22,6 @@ use fusebox_core::policy::{BreakerPolicy, Trip};
 use fusebox_core::{Namespace, OutcomeClass, ReplicaId, Timestamp, Verdict};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-
-/// Most local breakers kept; past it new keys are not guarded locally.
-pub(crate) const LOCAL_BREAKERS_MAX: usize = 4_096;
 
 /// A local probe permit: the breaker it belongs to and its fencing values.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //! deadline is dropped and counted (`outcomes_lost`) rather than held,
 //! because evidence that arrives late is evidence about the past.
 
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, REPORT_BATCH_PREALLOCATE_OUTCOMES};
 use crate::endpoints::Endpoints;
 use crate::metrics::{bump, Metrics};
 use fusebox_proto::v1 as pb;
@@ -110,7 +110,7 @@ impl Flusher {
     /// be waiting.
     async fn send_one_batch(&mut self) -> bool {
         let max = self.config.report_batch_outcomes_max;
-        let mut outcomes = Vec::with_capacity(max.min(64));
+        let mut outcomes = Vec::with_capacity(max.min(REPORT_BATCH_PREALLOCATE_OUTCOMES));
         while outcomes.len() < max {
             match self.rx.try_recv() {
                 Ok(o) => outcomes.push(o),

@@ -11,6 +11,7 @@
 //! stream has not been down longer than `disconnect_grace_ms`; a view that
 //! never received a snapshot is never fresh.
 
+use crate::config::{DISCLOSURES_MAX, TOOL_POLICIES_CACHED_MAX};
 use crate::convert::{self, view_from_proto};
 use crate::error::ClientError;
 use crate::tool::ToolRef;
@@ -26,12 +27,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use tokio::time::Instant;
-
-/// Most resolved tool policies cached; past it policies are resolved per
-/// call (correct, just slower).
-pub(crate) const TOOL_POLICIES_CACHED_MAX: usize = 4_096;
-/// Most disclosures kept (cluster-fed and imported, each).
-pub(crate) const DISCLOSURES_MAX: usize = 4_096;
 
 /// How fresh the local view is, for the agent and its dashboards.
 #[derive(Clone, Debug, PartialEq, Eq)]
