@@ -3,21 +3,17 @@
 //! Every applied command's [`WatchEvent`]s are published here, in revision
 //! order, while the state lock is held; subscribing takes the same lock, so a
 //! subscriber's snapshot and its live events neither overlap nor leave a gap.
-//! The hub keeps the last [`WATCH_HISTORY_MAX`] events so a client that
+//! The hub keeps the last [`WATCH_HISTORY_EVENTS_MAX`] events so a client that
 //! reconnects with its last revision gets only what it missed; older
 //! revisions get a fresh snapshot, flagged `resync_required`.
 
+use crate::limits::{WATCH_CHANNEL_EVENTS_MAX, WATCH_HISTORY_EVENTS_MAX};
 use fusebox_core::breaker::BreakerView;
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_core::Namespace;
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::broadcast;
-
-/// Events kept for resuming watchers.
-pub const WATCH_HISTORY_MAX: usize = 16_384;
-/// Live events buffered per subscriber before it lags and must resync.
-pub const WATCH_CHANNEL_CAPACITY: usize = 4_096;
 
 /// A namespace's watchable state at one revision.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,7 +71,7 @@ pub struct WatchHub {
 
 impl Default for WatchHub {
     fn default() -> Self {
-        let (tx, _) = broadcast::channel(WATCH_CHANNEL_CAPACITY);
+        let (tx, _) = broadcast::channel(WATCH_CHANNEL_EVENTS_MAX);
         WatchHub {
             history: Mutex::new(VecDeque::new()),
             tx: Mutex::new(tx),
@@ -96,7 +92,7 @@ impl WatchHub {
         }
         if let Ok(mut history) = self.history.lock() {
             for event in events {
-                if history.len() >= WATCH_HISTORY_MAX {
+                if history.len() >= WATCH_HISTORY_EVENTS_MAX {
                     history.pop_front();
                 }
                 history.push_back(event.clone());
@@ -120,7 +116,7 @@ impl WatchHub {
         if let Ok(mut history) = self.history.lock() {
             history.clear();
         }
-        let (fresh, _) = broadcast::channel(WATCH_CHANNEL_CAPACITY);
+        let (fresh, _) = broadcast::channel(WATCH_CHANNEL_EVENTS_MAX);
         *self.tx.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
     }
 

@@ -1,18 +1,20 @@
-//! Leader forwarding: a follower hands a write to the leader, once.
+//! Leader forwarding: a follower hands a request to the leader, once.
 //!
-//! When the backend answers `NotLeader` with the leader's address, the
-//! service sends the *same* request to the leader with a generated client
-//! and returns the leader's answer (or its status) unchanged. The forwarded
-//! request carries [`FORWARDED_HEADER`], and a request that already carries
-//! it is never forwarded again: during an election two nodes could otherwise
-//! bounce a request between them. Every forwarded call has a deadline (the
-//! caller's `grpc-timeout`, else [`FORWARD_TIMEOUT_DEFAULT_MS`], at most
-//! [`FORWARD_TIMEOUT_MAX_MS`]); channels are cached per address, at most
-//! [`FORWARD_CHANNELS_MAX`] of them.
+//! When the backend answers `NotLeader` with the leader's address (or, for
+//! the `Cluster` service, when this node does not lead), the service sends
+//! the *same* request to the leader with a generated client and returns the
+//! leader's answer (or its status) unchanged. The forwarded request carries
+//! [`FORWARDED_HEADER`], and a request that already carries it is never
+//! forwarded again: during an election two nodes could otherwise bounce a
+//! request between them. Every forwarded call has a deadline (the caller's
+//! `grpc-timeout`, else [`FORWARD_TIMEOUT_DEFAULT_MS`] or the default a slow
+//! RPC names, at most [`FORWARD_TIMEOUT_MAX_MS`]); channels are cached per
+//! address, at most [`FORWARD_CHANNELS_MAX`] of them. One forwarder serves
+//! every service of a node.
 
 use super::status::not_leader;
-use super::{
-    FORWARDED_HEADER, FORWARD_CHANNELS_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_TIMEOUT_DEFAULT_MS,
+use crate::limits::{
+    FORWARD_CHANNELS_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_TIMEOUT_DEFAULT_MS,
     FORWARD_TIMEOUT_MAX_MS,
 };
 use fusebox_proto::net::Net;
@@ -23,6 +25,9 @@ use std::time::Duration;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
+
+/// Metadata header marking a request a node already forwarded to the leader.
+pub const FORWARDED_HEADER: &str = "x-fusebox-forwarded";
 
 /// Headers of the incoming call that describe its transport, not the
 /// caller; the outgoing client sets its own.
@@ -73,6 +78,28 @@ impl Forwarder {
         F: FnOnce(Channel, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
+        let deadline_default = Duration::from_millis(FORWARD_TIMEOUT_DEFAULT_MS);
+        self.forward_with_default_deadline(request, leader_id, leader_addr, deadline_default, call)
+            .await
+    }
+
+    /// [`Forwarder::forward`] for an RPC slow by nature (a membership change
+    /// waits for the new member to catch up): when the caller set no
+    /// deadline, the hop gets `deadline_default` instead of
+    /// [`FORWARD_TIMEOUT_DEFAULT_MS`], still at most
+    /// [`FORWARD_TIMEOUT_MAX_MS`].
+    pub async fn forward_with_default_deadline<Req, Resp, F, Fut>(
+        &self,
+        request: Request<Req>,
+        leader_id: Option<u64>,
+        leader_addr: Option<String>,
+        deadline_default: Duration,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        F: FnOnce(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
         if Self::was_forwarded(request.metadata()) {
             return Err(not_leader(
                 leader_id,
@@ -91,7 +118,7 @@ impl Forwarder {
             Ok(channel) => channel,
             Err(reason) => return Err(not_leader(leader_id, Some(addr), &reason)),
         };
-        let deadline = deadline_of(request.metadata());
+        let deadline = deadline_of(request.metadata(), deadline_default);
         let outgoing = outgoing_request(request, deadline);
         let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
         tracing::debug!(leader = %addr, deadline_ms, "forwarding request to the leader");
@@ -158,14 +185,14 @@ fn leader_failure(status: Status, addr: &str) -> Status {
     status
 }
 
-/// The caller's deadline (its `grpc-timeout`), else the default, capped.
-fn deadline_of(metadata: &MetadataMap) -> Duration {
+/// The caller's deadline (its `grpc-timeout`), else `default`, capped.
+fn deadline_of(metadata: &MetadataMap, default: Duration) -> Duration {
     let asked = metadata
         .get("grpc-timeout")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_grpc_timeout);
     asked
-        .unwrap_or(Duration::from_millis(FORWARD_TIMEOUT_DEFAULT_MS))
+        .unwrap_or(default)
         .min(Duration::from_millis(FORWARD_TIMEOUT_MAX_MS))
 }
 
@@ -204,14 +231,29 @@ mod tests {
 
     #[test]
     fn deadlines_default_and_cap() {
+        let default = Duration::from_millis(FORWARD_TIMEOUT_DEFAULT_MS);
         let mut metadata = MetadataMap::new();
         assert_eq!(
-            deadline_of(&metadata),
+            deadline_of(&metadata, default),
             Duration::from_millis(FORWARD_TIMEOUT_DEFAULT_MS)
         );
         metadata.insert("grpc-timeout", MetadataValue::from_static("2H"));
         assert_eq!(
-            deadline_of(&metadata),
+            deadline_of(&metadata, default),
+            Duration::from_millis(FORWARD_TIMEOUT_MAX_MS)
+        );
+    }
+
+    #[test]
+    fn a_slow_rpc_names_its_own_default_and_is_still_capped() {
+        let slow = Duration::from_secs(30);
+        let mut metadata = MetadataMap::new();
+        assert_eq!(deadline_of(&metadata, slow), slow);
+        metadata.insert("grpc-timeout", MetadataValue::from_static("250m"));
+        assert_eq!(deadline_of(&metadata, slow), Duration::from_millis(250));
+        let too_slow = Duration::from_millis(FORWARD_TIMEOUT_MAX_MS + 1);
+        assert_eq!(
+            deadline_of(&MetadataMap::new(), too_slow),
             Duration::from_millis(FORWARD_TIMEOUT_MAX_MS)
         );
     }

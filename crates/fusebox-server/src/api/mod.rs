@@ -16,9 +16,9 @@
 //! - **Normal answers are bodies.** The five `Ledger.Begin` answers, a stale
 //!   outcome report and a denied probe are OK responses; only failures carry
 //!   a status, always with a [`FuseboxErrorDetail`](fusebox_proto::v1::FuseboxErrorDetail).
-//! - **Everything is bounded.** Page sizes, watch buffers, snapshot chunks,
-//!   request metadata and the forwarding channel cache each have a named
-//!   limit below.
+//! - **Everything is bounded.** Page sizes, watch buffers and snapshot
+//!   chunks, request metadata, forwarding deadlines and the forwarding
+//!   channel cache each have a named limit in [`crate::limits`].
 //! - **Reads are local, lookups are linearizable.** Listings and the watch
 //!   stream carry revisions, so staleness is visible; a ledger lookup after
 //!   an ambiguous timeout must see every acknowledged write.
@@ -67,28 +67,9 @@ use fusebox_proto::v1::ledger_server::LedgerServer;
 use fusebox_proto::v1::policy_server::PolicyServer;
 use fusebox_proto::v1::tools_server::ToolsServer;
 
-/// Page size used when a list request leaves `limit` at 0.
-pub const LIST_LIMIT_DEFAULT: usize = 100;
-/// Most attributes one request's `RequestMeta` may carry.
-pub const META_ATTRIBUTES_MAX: usize = 32;
-/// Longest key or value of one `RequestMeta` attribute, in bytes.
-pub const META_ATTRIBUTE_BYTES_MAX: usize = 256;
-/// Watch events buffered per stream before the sender waits for the client.
-pub const WATCH_BUFFER_EVENTS: usize = 256;
-/// Breakers per snapshot chunk on a watch stream.
-pub const WATCH_SNAPSHOT_CHUNK_BREAKERS: usize = 512;
-/// Quiet time after which a watch stream sends a heartbeat, in milliseconds.
-pub const WATCH_HEARTBEAT_MS: u64 = 5_000;
-/// Deadline of a forwarded call when the caller set none, in milliseconds.
-pub const FORWARD_TIMEOUT_DEFAULT_MS: u64 = 5_000;
-/// Longest deadline a forwarded call may get, in milliseconds.
-pub const FORWARD_TIMEOUT_MAX_MS: u64 = 60_000;
-/// Longest wait to connect to the leader when forwarding, in milliseconds.
-pub const FORWARD_CONNECT_TIMEOUT_MS: u64 = 2_000;
-/// Most leader addresses whose channels are kept for forwarding.
-pub const FORWARD_CHANNELS_MAX: usize = 64;
-/// Metadata header marking a request a follower forwarded to the leader.
-pub const FORWARDED_HEADER: &str = "x-fusebox-forwarded";
+// `convert` reads these bounds through `super::`; they live in
+// `crate::limits` with every other bound of the node.
+pub(crate) use crate::limits::{LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX};
 
 /// The public services over one backend, ready for a tonic server.
 pub struct Services<B> {

@@ -18,8 +18,8 @@
 use super::convert::{watch::events_to_proto, watch::snapshot_to_proto};
 use super::gateway::Gateway;
 use super::status;
-use super::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
 use crate::backend::Backend;
+use crate::limits::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
 use crate::watch::{WatchSnapshot, WatchStart};
 use fusebox_core::machine::WatchEvent;
 use fusebox_core::Namespace;

@@ -4,6 +4,7 @@
 use super::coalescer::ReportCoalescer;
 use super::env::{Clock, NodeEnv};
 use crate::backend::{Backend, BackendError, Consistency};
+use crate::limits::{LINEARIZABLE_READ_TIMEOUT_MS, WRITE_TIMEOUT_MS};
 use crate::metrics::Metrics;
 use crate::watch::{WatchHub, WatchStart};
 use fusebox_core::machine::{Applied, Command, Report, SharedStateMachine};
@@ -15,11 +16,6 @@ use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, Raft, ReadPolicy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How long a write may wait to be committed and applied.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a linearizable read may wait for the leader's confirmation.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Raft node as the gRPC services see it.
 #[derive(Clone)]
@@ -75,11 +71,12 @@ pub(crate) async fn propose(
         at_ms: clock(),
         command,
     };
-    let written = tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(request))
+    let within = Duration::from_millis(WRITE_TIMEOUT_MS);
+    let written = tokio::time::timeout(within, raft.client_write(request))
         .await
         .map_err(|_| {
             BackendError::Indeterminate(format!(
-                "not committed within {WRITE_TIMEOUT:?}; it may still apply"
+                "not committed within {within:?}; it may still apply"
             ))
         })?
         .map_err(write_error)?;
@@ -120,7 +117,7 @@ impl Backend for RaftBackend {
     {
         if consistency == Consistency::Linearizable && !self.env.bugs.skip_read_linearizer {
             let linearized = tokio::time::timeout(
-                READ_TIMEOUT,
+                Duration::from_millis(LINEARIZABLE_READ_TIMEOUT_MS),
                 self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
             )
             .await

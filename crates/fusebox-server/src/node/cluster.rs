@@ -1,10 +1,17 @@
 //! `fusebox.v1.Cluster`: status and membership changes.
 //!
-//! Membership changes run on the leader; a follower forwards them there
-//! itself (once: a forwarded request is never forwarded again).
+//! Membership changes and leader transfers run on the leader; a node that
+//! does not lead hands them there through the node's one
+//! [`Forwarder`] (once: a forwarded request is never forwarded again), with
+//! [`MEMBERSHIP_CHANGE_TIMEOUT_MS`] as the hop's deadline when the caller
+//! set none.
 
 use super::backend::RaftBackend;
+use crate::api::Forwarder;
 use crate::backend::Backend;
+use crate::limits::{
+    MEMBERSHIP_CHANGE_TIMEOUT_MS, MEMBER_ADDRESS_BYTES_MAX, RAFT_ALIVE_TIMEOUT_MS,
+};
 use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::cluster_server::Cluster;
 use fusebox_proto::v1::{
@@ -17,16 +24,14 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics};
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-/// Header marking a request a node already forwarded to the leader.
-pub const FORWARDED_HEADER: &str = "x-fusebox-forwarded";
-/// Deadline of a membership change, forwarded or not.
-pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long Status waits for the Raft core to show it still runs; a core
-/// too busy to answer in time counts as running.
-const CORE_ALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// [`MEMBERSHIP_CHANGE_TIMEOUT_MS`] as a `Duration`.
+const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_millis(MEMBERSHIP_CHANGE_TIMEOUT_MS);
 
 /// Serves cluster status and membership.
 #[derive(Clone)]
@@ -37,6 +42,8 @@ pub struct ClusterService {
     pub me: u64,
     /// This cluster's name.
     pub cluster_id: String,
+    /// Hands requests to the leader; shared with the public services.
+    pub forwarder: Arc<Forwarder>,
 }
 
 fn members(m: &RaftMetrics<TypeConfig>) -> Vec<Member> {
@@ -84,38 +91,27 @@ fn write_status(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Statu
 }
 
 impl ClusterService {
-    /// The leader's Cluster client, unless this request was already forwarded.
-    async fn leader_client<T>(
+    /// Sends `request` to the leader with `call` (the same RPC on a
+    /// `ClusterClient` over the given channel), once.
+    async fn to_leader<Req, Resp, F, Fut>(
         &self,
-        request: &Request<T>,
-    ) -> Result<Option<ClusterClient<tonic::transport::Channel>>, Status> {
-        if self.backend.raft.is_leader() {
-            return Ok(None);
-        }
-        let Some((id, addr)) = self.backend.leader() else {
-            return Err(Status::unavailable("no leader known; try again shortly"));
-        };
-        if request.metadata().contains_key(FORWARDED_HEADER) {
-            return Err(Status::unavailable(format!(
-                "not the leader; node {id} at {addr} is"
-            )));
-        }
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Status::internal(e.to_string()))?
-            .connect_timeout(Duration::from_secs(2));
-        Ok(Some(ClusterClient::new(
-            self.backend.env.net.channel(endpoint),
-        )))
-    }
-
-    fn forwarded<T>(message: T) -> Request<T> {
-        let mut request = Request::new(message);
-        request.set_timeout(MEMBERSHIP_TIMEOUT);
-        request.metadata_mut().insert(
-            FORWARDED_HEADER,
-            tonic::metadata::MetadataValue::from_static("1"),
-        );
-        request
+        request: Request<Req>,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        F: FnOnce(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let (leader_id, leader_addr) = self.backend.leader().unzip();
+        self.forwarder
+            .forward_with_default_deadline(
+                request,
+                leader_id,
+                leader_addr,
+                MEMBERSHIP_CHANGE_TIMEOUT,
+                call,
+            )
+            .await
     }
 
     fn metrics(&self) -> RaftMetrics<TypeConfig> {
@@ -134,7 +130,8 @@ impl Cluster for ClusterService {
         // panic, a storage error): ask the core, so a stopped node never
         // reports the role it had.
         let alive = self.backend.raft.with_raft_state(|_| ());
-        if let Ok(Err(fatal)) = tokio::time::timeout(CORE_ALIVE_TIMEOUT, alive).await {
+        let within = Duration::from_millis(RAFT_ALIVE_TIMEOUT_MS);
+        if let Ok(Err(fatal)) = tokio::time::timeout(within, alive).await {
             return Err(Status::unavailable(format!(
                 "raft stopped on this node: {fatal}"
             )));
@@ -178,20 +175,22 @@ impl Cluster for ClusterService {
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<AddMemberResponse>, Status> {
-        if let Some(mut leader) = self.leader_client(&request).await? {
-            return leader
-                .add_member(Self::forwarded(request.into_inner()))
+        if !self.backend.raft.is_leader() {
+            return self
+                .to_leader(request, |channel, request| async move {
+                    ClusterClient::new(channel).add_member(request).await
+                })
                 .await;
         }
         let req = request.into_inner();
-        if req.id == 0 || req.address.is_empty() || req.address.len() > 256 {
+        if req.id == 0 || req.address.is_empty() || req.address.len() > MEMBER_ADDRESS_BYTES_MAX {
             return Err(Status::invalid_argument(
                 "id must be >= 1 and address HOST:PORT",
             ));
         }
         let raft = &self.backend.raft;
         let added = tokio::time::timeout(
-            MEMBERSHIP_TIMEOUT,
+            MEMBERSHIP_CHANGE_TIMEOUT,
             raft.add_learner(req.id, BasicNode::new(req.address.clone()), true),
         )
         .await
@@ -200,13 +199,13 @@ impl Cluster for ClusterService {
         let mut log_index = added.log_id.index;
         if !req.learner_only {
             let change = ChangeMembers::AddVoterIds(BTreeSet::from([req.id]));
-            let promoted =
-                tokio::time::timeout(MEMBERSHIP_TIMEOUT, raft.change_membership(change, false))
-                    .await
-                    .map_err(|_| {
-                        Status::deadline_exceeded("membership change not committed in time")
-                    })?
-                    .map_err(write_status)?;
+            let promoted = tokio::time::timeout(
+                MEMBERSHIP_CHANGE_TIMEOUT,
+                raft.change_membership(change, false),
+            )
+            .await
+            .map_err(|_| Status::deadline_exceeded("membership change not committed in time"))?
+            .map_err(write_status)?;
             log_index = promoted.log_id.index;
         }
         tracing::info!(member = req.id, address = %req.address, "member added");
@@ -220,9 +219,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<RemoveMemberRequest>,
     ) -> Result<Response<RemoveMemberResponse>, Status> {
-        if let Some(mut leader) = self.leader_client(&request).await? {
-            return leader
-                .remove_member(Self::forwarded(request.into_inner()))
+        if !self.backend.raft.is_leader() {
+            return self
+                .to_leader(request, |channel, request| async move {
+                    ClusterClient::new(channel).remove_member(request).await
+                })
                 .await;
         }
         let id = request.into_inner().id;
@@ -236,11 +237,13 @@ impl Cluster for ClusterService {
         } else {
             return Err(Status::not_found(format!("node {id} is not a member")));
         };
-        let changed =
-            tokio::time::timeout(MEMBERSHIP_TIMEOUT, raft.change_membership(change, false))
-                .await
-                .map_err(|_| Status::deadline_exceeded("membership change not committed in time"))?
-                .map_err(write_status)?;
+        let changed = tokio::time::timeout(
+            MEMBERSHIP_CHANGE_TIMEOUT,
+            raft.change_membership(change, false),
+        )
+        .await
+        .map_err(|_| Status::deadline_exceeded("membership change not committed in time"))?
+        .map_err(write_status)?;
         tracing::info!(member = id, "member removed");
         Ok(Response::new(RemoveMemberResponse {
             members: members(&self.metrics()),
@@ -252,9 +255,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderResponse>, Status> {
-        if let Some(mut leader) = self.leader_client(&request).await? {
-            return leader
-                .transfer_leader(Self::forwarded(request.into_inner()))
+        if !self.backend.raft.is_leader() {
+            return self
+                .to_leader(request, |channel, request| async move {
+                    ClusterClient::new(channel).transfer_leader(request).await
+                })
                 .await;
         }
         let to = request.into_inner().to;
@@ -281,7 +286,7 @@ impl Cluster for ClusterService {
             .await
             .map_err(|e| Status::unavailable(format!("raft stopped: {e}")))?;
         let led = raft
-            .wait(Some(MEMBERSHIP_TIMEOUT))
+            .wait(Some(MEMBERSHIP_CHANGE_TIMEOUT))
             .metrics(|m| m.current_leader == Some(to), "new leader")
             .await
             .map_err(|e| Status::deadline_exceeded(format!("node {to} did not take over: {e}")))?;

@@ -1,11 +1,12 @@
 //! Coalesces outcome reports from many clients into few log entries.
 //!
-//! Every agent replica flushes its outcome buffer every few hundred
-//! milliseconds; a fleet of hundreds would otherwise cost a log entry, an
-//! fsync share and an apply per flush. On the node that proposes them, each
-//! `ReportOutcomes` joins a bounded queue. One task takes a proposal slot
-//! (at most [`IN_FLIGHT_MAX`] batches in flight), then drains whatever is
-//! queued, up to [`REPORTS_PER_BATCH_MAX`] reports and
+//! Every agent replica flushes its outcome buffer often (the SDK's
+//! `report_flush_interval_ms`, 50 ms by default); a fleet of hundreds would
+//! otherwise cost a log entry, an fsync share and an apply per flush. On the
+//! node that proposes them, each `ReportOutcomes` joins a bounded queue
+//! ([`REPORT_QUEUE_REPORTS_MAX`]). One task takes a proposal slot (at most
+//! [`REPORT_BATCHES_IN_FLIGHT_MAX`] batches in flight), then drains whatever
+//! is queued, up to [`REPORTS_PER_BATCH_MAX`] reports and
 //! [`BATCH_OUTCOMES_MAX`] outcomes, and proposes it as one
 //! `Command::ReportBatch`. Batching adds no waiting: under light load a
 //! report goes alone at once; under load, reports pile up while earlier
@@ -19,17 +20,13 @@
 //! cannot deliver, and a tool call never waits on reporting.
 
 use crate::backend::BackendError;
+use crate::limits::{REPORT_BATCHES_IN_FLIGHT_MAX, REPORT_QUEUE_REPORTS_MAX};
 use fusebox_core::limits::{BATCH_OUTCOMES_MAX, REPORTS_PER_BATCH_MAX};
 use fusebox_core::machine::{Answer, Applied, Command, Report};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
-
-/// Reports waiting for a batch; beyond this, callers are refused.
-pub const QUEUE_REPORTS_MAX: usize = 4_096;
-/// Batches proposed and not yet applied at once.
-pub const IN_FLIGHT_MAX: usize = 4;
 
 struct Waiting {
     report: Report,
@@ -52,7 +49,7 @@ impl ReportCoalescer {
         P: Fn(Command) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Applied, BackendError>> + Send + 'static,
     {
-        let (queue, rx) = mpsc::channel(QUEUE_REPORTS_MAX);
+        let (queue, rx) = mpsc::channel(REPORT_QUEUE_REPORTS_MAX);
         let task = tokio::spawn(run(rx, Arc::new(propose), stop));
         (ReportCoalescer { queue }, task)
     }
@@ -64,7 +61,7 @@ impl ReportCoalescer {
             .try_send(Waiting { report, reply })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => BackendError::Unavailable(format!(
-                    "{QUEUE_REPORTS_MAX} outcome reports already waiting; report later"
+                    "{REPORT_QUEUE_REPORTS_MAX} outcome reports already waiting; report later"
                 )),
                 mpsc::error::TrySendError::Closed(_) => {
                     BackendError::Unavailable("the node is shutting down".into())
@@ -84,7 +81,7 @@ async fn run<P, Fut>(
     P: Fn(Command) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Applied, BackendError>> + Send + 'static,
 {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+    let slots = Arc::new(Semaphore::new(REPORT_BATCHES_IN_FLIGHT_MAX));
     let mut carried: Option<Waiting> = None;
     loop {
         let first = match carried.take() {

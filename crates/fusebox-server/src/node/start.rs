@@ -8,7 +8,13 @@ use super::config::NodeConfig;
 use super::env::NodeEnv;
 use super::incoming::incoming;
 use super::observer::Observer;
+use crate::api::{Forwarder, Gateway, Services};
 use crate::backend::Backend;
+use crate::limits::{
+    GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS, METRICS_REFRESH_PERIOD_MS,
+    PURGE_BATCH_ENTRIES, RAFT_ALIVE_CHECK_PERIOD_MS, RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX,
+    SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
+};
 use crate::metrics::{self, Metrics};
 use crate::raft::network::Network;
 use crate::raft::service::RaftService;
@@ -73,12 +79,12 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
         heartbeat_interval: t.heartbeat_ms,
         election_timeout_min: t.election_min_ms,
         election_timeout_max: t.election_max_ms,
-        install_snapshot_timeout: 60_000,
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
         // Snapshots are triggered by `spawn_snapshotter`, which scales the
         // interval with the ledger's size.
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: t.log_kept_behind_snapshot,
-        purge_batch_size: 256,
+        purge_batch_size: PURGE_BATCH_ENTRIES,
         // A voter whose data directory was lost and that restarts under the
         // same id reports a log shorter than the leader last saw. Without
         // this, openraft's debug builds panic the leader's core on it and
@@ -237,22 +243,26 @@ fn spawn_grpc(
         cluster_id: config.cluster_id.clone(),
         me: config.id,
     };
+    // One forwarder (one header, one set of deadlines, one channel cache)
+    // for every service that hands requests to the leader.
+    let forwarder = Arc::new(Forwarder::new(backend.env.net.clone()));
     let cluster = ClusterService {
         backend: backend.clone(),
         me: config.id,
         cluster_id: config.cluster_id.clone(),
+        forwarder: forwarder.clone(),
     };
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let router = tonic::transport::Server::builder()
-        .timeout(Duration::from_secs(30))
+        .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
         .add_service(
             RaftServer::new(raft_service)
-                .max_decoding_message_size(crate::raft::codec::RAFT_PAYLOAD_BYTES_MAX)
-                .max_encoding_message_size(crate::raft::codec::RAFT_PAYLOAD_BYTES_MAX),
+                .max_decoding_message_size(RAFT_PAYLOAD_BYTES_MAX)
+                .max_encoding_message_size(RAFT_PAYLOAD_BYTES_MAX),
         )
         .add_service(ClusterServer::new(cluster))
         .add_service(health_service);
-    let api = crate::api::Services::new(backend.clone());
+    let api = Services::with_gateway(Gateway::with_forwarder(backend.clone(), forwarder));
     let router = router
         .add_service(api.breakers)
         .add_service(api.ledger)
@@ -317,22 +327,25 @@ fn spawn_ticker(backend: RaftBackend, tick_ms: u64, stop: watch::Receiver<bool>)
 }
 
 /// Asks for a snapshot once enough entries were applied since the last one:
-/// `snapshot_every_entries`, or a quarter of the ledger's records if that is
-/// more. A snapshot copies the whole ledger, so spacing them by a fraction
-/// of its size keeps the copying a constant cost per applied entry however
-/// large the ledger grows; the log kept between snapshots grows with it.
+/// `snapshot_every_entries`, or the ledger's records divided by
+/// [`SNAPSHOT_SPACING_LEDGER_DIVISOR`] (a quarter) if that is more. A
+/// snapshot copies the whole ledger, so spacing them by a fraction of its
+/// size keeps the copying a constant cost per applied entry however large
+/// the ledger grows; the log kept between snapshots grows with it.
 fn spawn_snapshotter(
     backend: RaftBackend,
     every_entries: u64,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    every(Duration::from_secs(1), stop, move || {
+    let period = Duration::from_millis(SNAPSHOT_CHECK_PERIOD_MS);
+    every(period, stop, move || {
         let backend = backend.clone();
         async move {
             let m = backend.raft.metrics().borrow_watched().clone();
             let applied = m.last_applied.map_or(0, |l| l.index);
             let snapshot = m.snapshot.map_or(0, |l| l.index);
-            let due = every_entries.max(backend.state.ledger_records() / 4);
+            let spaced = backend.state.ledger_records() / SNAPSHOT_SPACING_LEDGER_DIVISOR;
+            let due = every_entries.max(spaced);
             if applied.saturating_sub(snapshot) >= due {
                 tracing::info!(applied, snapshot, due, "asking for a snapshot");
                 if let Err(e) = backend.raft.trigger().snapshot().await {
@@ -348,25 +361,29 @@ fn spawn_metrics_loop(
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    every(Duration::from_millis(500), stop, move || {
-        let m = backend.raft.metrics().borrow_watched().clone();
-        metrics
-            .term
-            .set(i64::try_from(m.current_term).unwrap_or(i64::MAX));
-        metrics.leader_id.set(
-            m.current_leader
-                .map_or(0, |l| i64::try_from(l).unwrap_or(0)),
-        );
-        let index = |l: Option<u64>| i64::try_from(l.unwrap_or(0)).unwrap_or(i64::MAX);
-        metrics
-            .commit_index
-            .set(index(m.local_committed.map(|l| l.index)));
-        metrics
-            .applied_index
-            .set(index(m.last_applied.map(|l| l.index)));
-        metrics.set_ready(m.current_leader.is_some());
-        async {}
-    })
+    every(
+        Duration::from_millis(METRICS_REFRESH_PERIOD_MS),
+        stop,
+        move || {
+            let m = backend.raft.metrics().borrow_watched().clone();
+            metrics
+                .term
+                .set(i64::try_from(m.current_term).unwrap_or(i64::MAX));
+            metrics.leader_id.set(
+                m.current_leader
+                    .map_or(0, |l| i64::try_from(l).unwrap_or(0)),
+            );
+            let index = |l: Option<u64>| i64::try_from(l.unwrap_or(0)).unwrap_or(i64::MAX);
+            metrics
+                .commit_index
+                .set(index(m.local_committed.map(|l| l.index)));
+            metrics
+                .applied_index
+                .set(index(m.last_applied.map(|l| l.index)));
+            metrics.set_ready(m.current_leader.is_some());
+            async {}
+        },
+    )
 }
 
 /// Runs `f` every `period` until `stop` turns true.
@@ -396,11 +413,12 @@ impl RunningNode {
     /// (a storage error, a panic): the node can then no longer take part
     /// and should exit so a supervisor restarts it, rather than linger.
     pub async fn raft_stopped(&self) -> String {
-        let mut every = tokio::time::interval(Duration::from_secs(1));
+        let mut every = tokio::time::interval(Duration::from_millis(RAFT_ALIVE_CHECK_PERIOD_MS));
+        let within = Duration::from_millis(RAFT_ALIVE_TIMEOUT_MS);
         loop {
             every.tick().await;
             let alive = self.backend.raft.with_raft_state(|_| ());
-            if let Ok(Err(fatal)) = tokio::time::timeout(Duration::from_secs(1), alive).await {
+            if let Ok(Err(fatal)) = tokio::time::timeout(within, alive).await {
                 return fatal.to_string();
             }
         }
@@ -413,7 +431,7 @@ impl RunningNode {
             tracing::warn!(error = %e, "raft shutdown");
         }
         for task in self.tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            let _ = tokio::time::timeout(Duration::from_millis(SHUTDOWN_TASK_WAIT_MS), task).await;
         }
     }
 }

@@ -5,6 +5,7 @@
 //! the cluster and both nodes, so a message that reaches the wrong cluster or
 //! node is refused before it is decoded.
 
+use crate::limits::RAFT_PAYLOAD_BYTES_MAX;
 use fusebox_proto::v1::{RaftHeader, RaftMessage};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -12,8 +13,6 @@ use tonic::Status;
 
 /// The payload encoding this build speaks.
 pub const CODEC_VERSION: u32 = 1;
-/// Largest Raft message payload accepted, in bytes.
-pub const RAFT_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Who sends a message to whom, in which cluster.
 #[derive(Clone, Debug)]

@@ -6,6 +6,7 @@
 //! does not enforce it on appends.
 
 use super::codec::{self, Route};
+use crate::limits::{RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, SNAPSHOT_CHUNK_BYTES};
 use fusebox_proto::net::Net;
 use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
@@ -23,11 +24,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
-
-/// Bytes per snapshot chunk on the wire.
-pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
-/// How long connecting to a peer may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Builds one connection per peer.
 #[derive(Clone)]
@@ -80,10 +76,10 @@ impl Connection {
         }
         let endpoint = Endpoint::from_shared(format!("http://{}", self.addr))
             .map_err(unreachable)?
-            .connect_timeout(CONNECT_TIMEOUT);
+            .connect_timeout(Duration::from_millis(RAFT_CONNECT_TIMEOUT_MS));
         let client = RaftClient::new(self.net.channel(endpoint))
-            .max_decoding_message_size(codec::RAFT_PAYLOAD_BYTES_MAX)
-            .max_encoding_message_size(codec::RAFT_PAYLOAD_BYTES_MAX);
+            .max_decoding_message_size(RAFT_PAYLOAD_BYTES_MAX)
+            .max_encoding_message_size(RAFT_PAYLOAD_BYTES_MAX);
         self.client = Some(client.clone());
         Ok(client)
     }

@@ -1,6 +1,7 @@
 //! The receiving side of Raft: `fusebox.v1.Raft` handed to openraft.
 
 use super::codec;
+use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOT_PREALLOCATE_BYTES_MAX};
 use fusebox_proto::v1::raft_server::Raft as RaftRpc;
 use fusebox_proto::v1::{snapshot_chunk, RaftMessage, SnapshotChunk};
 use fusebox_raft_store::{snapshot_data, StateStore, TypeConfig};
@@ -10,9 +11,6 @@ use openraft::{Raft, Snapshot};
 use sha2::{Digest, Sha256};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
-
-/// Largest snapshot a node accepts, in bytes.
-pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 
 /// Serves peers' Raft messages to the local openraft instance.
 #[derive(Clone)]
@@ -121,7 +119,7 @@ impl RaftService {
         let meta = codec::decode(&begin.meta)?;
         let total = usize::try_from(begin.total_bytes)
             .map_err(|_| Status::resource_exhausted("snapshot too large for this node"))?;
-        let mut bytes = Vec::with_capacity(total.min(64 * 1024 * 1024));
+        let mut bytes = Vec::with_capacity(total.min(SNAPSHOT_PREALLOCATE_BYTES_MAX));
         while let Some(chunk) = stream.next().await {
             match chunk?.chunk {
                 Some(snapshot_chunk::Chunk::Data(d)) => {

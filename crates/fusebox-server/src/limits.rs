@@ -1,0 +1,119 @@
+//! Every fixed bound and timing of a node, in one place, each with its unit
+//! in its name.
+//!
+//! What an operator tunes per cluster (Raft heartbeat and election timeouts,
+//! snapshot spacing, the tick period) is a field of
+//! [`Timing`](crate::node::Timing) instead, with its default there. Bounds
+//! of the replicated state itself (key lengths, records per namespace, batch
+//! sizes) belong to the core: [`fusebox_core::limits`].
+
+// The public API (`api/`).
+
+/// Entries per page when a list request leaves `limit` at 0 (a limit the
+/// caller sets is capped by the core's `LIST_LIMIT_MAX`).
+pub const LIST_LIMIT_DEFAULT: usize = 100;
+/// Most attributes one request's `RequestMeta` may carry, so a caller
+/// cannot make a node log or hold an unbounded map.
+pub const META_ATTRIBUTES_MAX: usize = 32;
+/// Longest key or value of one `RequestMeta` attribute, in bytes, for the
+/// same reason.
+pub const META_ATTRIBUTE_BYTES_MAX: usize = 256;
+/// Longest member address `Cluster.AddMember` accepts, in bytes: it is
+/// stored in the membership on every node.
+pub const MEMBER_ADDRESS_BYTES_MAX: usize = 256;
+
+// Watch streams (`watch.rs`, `api/watch_stream.rs`).
+
+/// Watch events buffered per stream before the sender waits for the client,
+/// so a slow client holds a bounded queue.
+pub const WATCH_BUFFER_EVENTS: usize = 256;
+/// Breakers per snapshot chunk on a watch stream, so one message stays
+/// small however many breakers a namespace holds.
+pub const WATCH_SNAPSHOT_CHUNK_BREAKERS: usize = 512;
+/// Quiet time after which a watch stream sends a heartbeat, so a client
+/// can tell a quiet namespace from a dead stream (the SDK's staleness bound
+/// must exceed it).
+pub const WATCH_HEARTBEAT_MS: u64 = 5_000;
+/// Events the hub keeps so a reconnecting watcher resumes from its last
+/// revision; one older than these gets a fresh snapshot instead.
+pub const WATCH_HISTORY_EVENTS_MAX: usize = 16_384;
+/// Live events buffered per subscriber before it lags and must resync,
+/// so a stuck subscriber never holds back the apply path.
+pub const WATCH_CHANNEL_EVENTS_MAX: usize = 4_096;
+
+// Leader forwarding (`api/forward.rs`).
+
+/// Deadline of a forwarded call when the caller set none, in milliseconds.
+pub const FORWARD_TIMEOUT_DEFAULT_MS: u64 = 5_000;
+/// Longest deadline a forwarded call may get, in milliseconds, whatever
+/// the caller asked for: a hop never holds a request open for long.
+pub const FORWARD_TIMEOUT_MAX_MS: u64 = 60_000;
+/// Longest wait to connect to the leader when forwarding, in milliseconds.
+pub const FORWARD_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Most leader addresses whose channels are kept for forwarding; leaders
+/// change rarely, so a full cache holds stale addresses and is cleared.
+pub const FORWARD_CHANNELS_MAX: usize = 64;
+
+// Writes, reads and membership (`node/`).
+
+/// How long a write may wait to be committed and applied before its caller
+/// is told the outcome is unknown.
+pub const WRITE_TIMEOUT_MS: u64 = 5_000;
+/// How long a linearizable read may wait for the leader's confirmation.
+pub const LINEARIZABLE_READ_TIMEOUT_MS: u64 = 5_000;
+/// Deadline of a membership change or a leader transfer, forwarded or not
+/// (also the default deadline of its forwarded hop): adding a member waits
+/// for it to catch up, which may take a snapshot.
+pub const MEMBERSHIP_CHANGE_TIMEOUT_MS: u64 = 30_000;
+/// How long a liveness question to the Raft core may take; a core too busy
+/// to answer in time counts as running.
+pub const RAFT_ALIVE_TIMEOUT_MS: u64 = 1_000;
+/// How often a running node asks its Raft core whether it still runs, so
+/// a node whose core stopped exits instead of lingering.
+pub const RAFT_ALIVE_CHECK_PERIOD_MS: u64 = 1_000;
+/// Outcome reports waiting for a batch; beyond this, callers are refused at
+/// once rather than made to wait (the SDK drops and counts them).
+pub const REPORT_QUEUE_REPORTS_MAX: usize = 4_096;
+/// Report batches proposed and not yet applied at once: enough to keep the
+/// log busy, few enough that reports pile up into the next batch.
+pub const REPORT_BATCHES_IN_FLIGHT_MAX: usize = 4;
+
+// Raft (`node/start.rs`, `raft/`).
+
+/// openraft's deadline for sending then installing the last snapshot
+/// segment, in milliseconds: a large ledger's snapshot takes a while.
+pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 60_000;
+/// Fewest applied entries openraft purges from the log at once, so purges
+/// come in batches rather than one entry at a time.
+pub const PURGE_BATCH_ENTRIES: u64 = 256;
+/// How often the node checks whether a snapshot is due.
+pub const SNAPSHOT_CHECK_PERIOD_MS: u64 = 1_000;
+/// A snapshot is due after at least ledger records / this many applied
+/// entries (or `Timing::snapshot_every_entries`, if more): it copies the
+/// whole ledger, so spacing snapshots by a fraction of its size keeps that
+/// copying a constant cost per applied entry.
+pub const SNAPSHOT_SPACING_LEDGER_DIVISOR: u64 = 4;
+/// Bytes per snapshot chunk on the wire, well under
+/// [`RAFT_PAYLOAD_BYTES_MAX`].
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Largest snapshot a node accepts, in bytes.
+pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+/// Most bytes reserved up front for an incoming snapshot: the size it
+/// announces is the sender's word, so larger ones grow as chunks arrive.
+pub const SNAPSHOT_PREALLOCATE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest Raft message payload accepted or sent, in bytes.
+pub const RAFT_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// How long connecting to a peer's Raft service may take, in milliseconds.
+pub const RAFT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+
+// The node's servers and background loops (`node/start.rs`).
+
+/// Deadline the gRPC server puts on every call it serves, in milliseconds:
+/// no request holds a connection's resources forever.
+pub const GRPC_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// How often the Raft metrics are copied into the Prometheus gauges and
+/// readiness, in milliseconds.
+pub const METRICS_REFRESH_PERIOD_MS: u64 = 500;
+/// How long shutdown waits for each background task to finish, in
+/// milliseconds, so a stuck task cannot keep the process alive.
+pub const SHUTDOWN_TASK_WAIT_MS: u64 = 5_000;
