@@ -312,6 +312,29 @@ async fn apply_first_policy(op: &Operator, dir: &Path, watcher: &mut Watcher) {
 }
 
 async fn invalid_policy_is_refused(op: &Operator) {
+    let missing = op
+        .fails(
+            &["policy", "apply", "/nonexistent/p.toml", "--ns", AGENTS],
+            2,
+        )
+        .await;
+    assert!(missing.contains("cannot read"), "{missing}");
+    // A file with no length that never ends is read only up to the bound.
+    let endless = op
+        .fails(
+            &[
+                "policy",
+                "apply",
+                "/dev/zero",
+                "--format",
+                "toml",
+                "--ns",
+                AGENTS,
+            ],
+            2,
+        )
+        .await;
+    assert!(endless.contains("larger than"), "{endless}");
     let invalid = invalid_policy();
     let err = op
         .fails(&["policy", "apply", &invalid, "--ns", AGENTS], 2)

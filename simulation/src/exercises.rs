@@ -1,5 +1,6 @@
-//! The runbook's exercises (seed 003) and seed 000's one slow tool out of
-//! twenty, as scripted workloads with the outcome each one expects.
+//! The operations runbook's exercises and the slow-tool story's one slow
+//! tool out of twenty, as scripted workloads with the outcome each one
+//! expects.
 //!
 //! Each replica plays turns of its scenario; what the turns see is counted
 //! in the world, and [`judge`] compares the counts with the exercise's
@@ -20,7 +21,7 @@ pub const OUTAGE_MS: u64 = 90_000;
 /// When the tax tool of `one_slow_of_twenty` turns slow.
 pub const SLOW_FROM_MS: u64 = 4_000;
 
-/// The twenty tools of seed 000's agent: internal services, search, a few
+/// The twenty tools of the slow-tool story's agent: internal services, search, a few
 /// third-party servers; `tax/tax_lookup` is the one that turns slow.
 pub const TWENTY: [(&str, &str); 20] = [
     ("accounts", "get_account"),

@@ -37,7 +37,7 @@ struct Args {
     /// The scenario (`chaos` draws faults from the seed).
     #[arg(long, default_value = "chaos")]
     scenario: Scenario,
-    /// Nodes in the cluster (3 or 5).
+    /// Nodes in the cluster, 3 to 5.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=5))]
     nodes: u64,
     /// Agent replicas.

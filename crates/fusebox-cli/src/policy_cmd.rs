@@ -18,6 +18,7 @@ use fusebox_core::limits::{POLICY_DOCUMENT_BYTES_MAX, POLICY_VERSIONS_MAX};
 use fusebox_core::policy::PolicyFormat;
 use fusebox_proto::v1 as pb;
 use serde_json::{json, Value};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// `fusebox policy ...`
@@ -172,32 +173,40 @@ fn read_document(
     file: &Path,
     format: Option<FormatArg>,
 ) -> Result<(String, pb::PolicyFormat), Failure> {
+    let format = syntax_of(file, format)?;
     let shown = file.display();
-    let size = std::fs::metadata(file)
-        .map_err(|e| Failure::bad_input(format!("cannot read {shown}: {e}")))?
-        .len();
-    if size > POLICY_DOCUMENT_BYTES_MAX as u64 {
-        let message = format!("{shown} is {size} bytes, at most {POLICY_DOCUMENT_BYTES_MAX}");
+    let cannot_read = |e: std::io::Error| Failure::bad_input(format!("cannot read {shown}: {e}"));
+    // Read at most one byte past the bound, whatever the file claims to be
+    // (`/dev/zero` has no length and never ends).
+    let limit = POLICY_DOCUMENT_BYTES_MAX as u64 + 1;
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(limit).read_to_end(&mut bytes))
+        .map_err(cannot_read)?;
+    if bytes.len() > POLICY_DOCUMENT_BYTES_MAX {
+        let message = format!("{shown} is larger than {POLICY_DOCUMENT_BYTES_MAX} bytes");
         return Err(Failure::bad_input(message));
     }
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Failure::bad_input(format!("cannot read {shown}: {e}")))?;
-    let format = match format {
-        Some(FormatArg::Toml) => pb::PolicyFormat::Toml,
-        Some(FormatArg::Yaml) => pb::PolicyFormat::Yaml,
-        None => match PolicyFormat::from_path_extension(&file.to_string_lossy()) {
-            Some(PolicyFormat::Toml) => pb::PolicyFormat::Toml,
-            Some(PolicyFormat::Yaml) => pb::PolicyFormat::Yaml,
-            None => {
-                let message = format!(
-                    "cannot tell the syntax of {shown} from its extension; name it .toml, .yaml \
-                     or .yml, or pass --format toml|yaml"
-                );
-                return Err(Failure::bad_input(message));
-            }
-        },
-    };
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Failure::bad_input(format!("{shown} is not UTF-8 text")))?;
     Ok((text, format))
+}
+
+/// The document's syntax: the flag's, else the file name's extension.
+fn syntax_of(file: &Path, format: Option<FormatArg>) -> Result<pb::PolicyFormat, Failure> {
+    match format {
+        Some(FormatArg::Toml) => Ok(pb::PolicyFormat::Toml),
+        Some(FormatArg::Yaml) => Ok(pb::PolicyFormat::Yaml),
+        None => match PolicyFormat::from_path_extension(&file.to_string_lossy()) {
+            Some(PolicyFormat::Toml) => Ok(pb::PolicyFormat::Toml),
+            Some(PolicyFormat::Yaml) => Ok(pb::PolicyFormat::Yaml),
+            None => Err(Failure::bad_input(format!(
+                "cannot tell the syntax of {} from its extension; name it .toml, .yaml \
+                 or .yml, or pass --format toml|yaml",
+                file.display()
+            ))),
+        },
+    }
 }
 
 async fn apply(s: &Session, request: pb::ApplyPolicyRequest) -> anyhow::Result<()> {
@@ -380,21 +389,13 @@ mod tests {
 
     #[test]
     fn the_syntax_comes_from_the_extension_or_the_flag() {
-        let dir = tempfile::tempdir().unwrap();
-        let yaml = dir.path().join("p.yml");
-        std::fs::write(&yaml, "defaults: {}\n").unwrap();
-        let (_, format) = read_document(&yaml, None).unwrap();
+        let format = syntax_of(Path::new("p.yml"), None).unwrap();
         assert_eq!(format, pb::PolicyFormat::Yaml);
-        let bare = dir.path().join("policy");
-        std::fs::write(&bare, "[defaults]\n").unwrap();
-        let err = read_document(&bare, None).err().unwrap().to_string();
+        let bare = Path::new("policy");
+        let err = syntax_of(bare, None).err().unwrap().to_string();
         assert!(err.contains("--format"), "{err}");
-        let (_, format) = read_document(&bare, Some(FormatArg::Toml)).unwrap();
+        let format = syntax_of(bare, Some(FormatArg::Toml)).unwrap();
         assert_eq!(format, pb::PolicyFormat::Toml);
-        let missing = read_document(&dir.path().join("nope.toml"), None)
-            .err()
-            .unwrap();
-        assert!(missing.to_string().starts_with("cannot read"));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! An agent with twenty simulated tools, one of which turns slow (seed 000's
+//! An agent with twenty simulated tools, one of which turns slow (the slow-tool
 //! tax lookup). Each turn calls all twenty in sequence through the gate.
 //!
 //! Run it against an embedded node it starts itself:
@@ -142,7 +142,7 @@ async fn apply_policy(addr: &str) {
         document: POLICY.into(),
         format: pb::PolicyFormat::Toml as i32,
         actor: "example".into(),
-        reason: "seed 000 policy".into(),
+        reason: "slow-tool example policy".into(),
         ..Default::default()
     };
     for _ in 0..100 {

@@ -186,7 +186,7 @@ impl Client {
     }
 
     /// What the tool's own fresh, valid disclosure says of retrying after
-    /// `class` (seed 002: retry budget only when `retry_safe`; a
+    /// `class` (latency disclosure: retry budget only when `retry_safe`; a
     /// non-idempotent tool only on a transport failure, which never reached
     /// it). Without a usable disclosure the policy alone decides.
     pub(crate) fn disclosure_allows_retry(&self, tool: &ToolRef, class: OutcomeClass) -> bool {
@@ -422,7 +422,7 @@ impl Client {
             deadline_layer = deadline.layer.as_str(),
             circuit_state = pass.decision.state.as_str(),
             degraded = pass.decision.degraded,
-            probe = pass.permit.is_some(),
+            probe = pass.holds_cluster_permit(),
             outcome_class = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
         );

@@ -1,6 +1,6 @@
 //! How a tool call ended, and whether that says the dependency is unhealthy.
 //!
-//! Classification is honest about who is at fault (seed 000): a timeout, a
+//! Classification is honest about who is at fault: a timeout, a
 //! transport error, a 5xx, a 200 whose result has `isError` set or a result
 //! that does not parse all mean the tool is not working. A business answer
 //! such as "not found", an invalid-arguments or policy-denied error (the

@@ -1,5 +1,5 @@
 //! Scenario tests for the breaker engine: every state and transition, the
-//! seed 000 story and the runbook's breaker cases.
+//! slow-tool story (one slow MCP tool must not stall the agent) and the runbook's breaker cases.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 

@@ -19,6 +19,7 @@
 use crate::codec::{corrupt, decode, encode};
 use crate::rocks::{cf, db_error, CF_SNAPSHOT};
 use crate::types::{Snapshot, SnapshotData, SnapshotMeta};
+use fusebox_core::machine::snapshot_head;
 use rocksdb::{FlushOptions, WriteBatch, WriteOptions, DB};
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -46,18 +47,6 @@ fn read_data(db: &DB, expected: &SnapshotMeta) -> io::Result<Vec<u8>> {
         .get_cf(family, KEY_DATA)
         .map_err(|e| db_error("read snapshot data", e))?
         .ok_or_else(|| corrupt(format_args!("snapshot {expected} has metadata but no data")))
-}
-
-/// How many leading bytes of a core snapshot hold its format and fleet.
-fn head_len(data: &[u8]) -> io::Result<usize> {
-    let len = data
-        .get(1..9)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map(u64::from_le_bytes)
-        .and_then(|n| usize::try_from(n).ok())
-        .and_then(|n| n.checked_add(9))
-        .filter(|n| *n <= data.len());
-    len.ok_or_else(|| corrupt(format_args!("snapshot of {} bytes has no head", data.len())))
 }
 
 /// When a snapshot may replace the persisted one.
@@ -134,7 +123,9 @@ impl SnapshotSlot {
         let family = cf(&self.db, CF_SNAPSHOT)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(family, KEY_META, encode("snapshot meta", meta)?);
-        batch.put_cf(family, KEY_HEAD, &data[..head_len(data)?]);
+        let (head, _) = snapshot_head(data)
+            .map_err(|e| corrupt(format_args!("snapshot of {} bytes: {e}", data.len())))?;
+        batch.put_cf(family, KEY_HEAD, head);
         batch.put_cf(family, KEY_DATA, data);
         let mut options = WriteOptions::default();
         options.set_sync(true);

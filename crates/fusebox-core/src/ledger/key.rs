@@ -1,6 +1,6 @@
 //! Deriving a stable idempotency key from what identifies an intent.
 //!
-//! The runbook (seed 003) derives the key of an approved write from its
+//! The operations runbook derives the key of an approved write from its
 //! intent id, target, environment and approval id, without embedding secrets.
 //! Components are length-prefixed before hashing, so `("ab", "c")` and
 //! `("a", "bc")` give different keys.

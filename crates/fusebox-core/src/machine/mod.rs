@@ -36,6 +36,6 @@ pub use answer::{Answer, Applied, ReportSummary};
 pub use command::{Command, OperatorAction, OutcomeReport, Report};
 pub use fleet::Fleet;
 pub use namespace::{KillSwitch, NamespaceState, PolicyVersion};
-pub use snapshot::{hex_digest, SnapshotReader, SnapshotWriter, SNAPSHOT_FORMAT};
+pub use snapshot::{hex_digest, snapshot_head, SnapshotReader, SnapshotWriter, SNAPSHOT_FORMAT};
 pub use state_machine::{SharedStateMachine, StateMachine};
 pub use watch_event::WatchEvent;

@@ -111,24 +111,34 @@ fn take_u64(rest: &mut &[u8], what: &str) -> Result<u64, CoreError> {
     Ok(u64::from_le_bytes(a))
 }
 
+/// Splits a snapshot into its head (the format byte, the fleet's length and
+/// the fleet, which a store may keep apart to read the fleet without the
+/// records) and its encoded fleet, checking the format and the bounds.
+pub fn snapshot_head(bytes: &[u8]) -> Result<(&[u8], &[u8]), CoreError> {
+    let Some((&format, mut rest)) = bytes.split_first() else {
+        return Err(corrupt("empty snapshot"));
+    };
+    if format != SNAPSHOT_FORMAT {
+        return Err(corrupt(format!(
+            "format {format} unknown, this build reads {SNAPSHOT_FORMAT}"
+        )));
+    }
+    let len = take_u64(&mut rest, "fleet length")?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|n| *n <= FLEET_BYTES_MAX)
+        .ok_or_else(|| corrupt(format!("fleet of {len} bytes")))?;
+    let body = take(&mut rest, len, "fleet")?;
+    let head_len = bytes.len() - rest.len();
+    Ok((&bytes[..head_len], body))
+}
+
 impl<'a> SnapshotReader<'a> {
     /// Reads the format and the fleet; the records follow through
     /// [`SnapshotReader::next_record`].
     pub fn open(bytes: &'a [u8]) -> Result<(Fleet, SnapshotReader<'a>), CoreError> {
-        let Some((&format, mut rest)) = bytes.split_first() else {
-            return Err(corrupt("empty snapshot"));
-        };
-        if format != SNAPSHOT_FORMAT {
-            return Err(corrupt(format!(
-                "format {format} unknown, this build reads {SNAPSHOT_FORMAT}"
-            )));
-        }
-        let len = take_u64(&mut rest, "fleet length")?;
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|n| *n <= FLEET_BYTES_MAX)
-            .ok_or_else(|| corrupt(format!("fleet of {len} bytes")))?;
-        let body = take(&mut rest, len, "fleet")?;
+        let (head, body) = snapshot_head(bytes)?;
+        let rest = &bytes[head.len()..];
         let fleet: Fleet = postcard::from_bytes(body).map_err(|e| corrupt(e.to_string()))?;
         fleet.check_invariants()?;
         let reader = SnapshotReader {

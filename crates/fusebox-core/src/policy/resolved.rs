@@ -3,7 +3,7 @@
 use crate::outcome::OutcomeClass;
 use serde::{Deserialize, Serialize};
 
-/// What calling a tool does to the world (runbook, seed 003).
+/// What calling a tool does to the world (the operations runbook classifies every tool by effect).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EffectClass {
@@ -71,7 +71,7 @@ pub enum OnPartition {
 pub enum Trip {
     /// After this many failures in a row (in log order, fleet-wide).
     ConsecutiveFailures {
-        /// Failures in a row that open the breaker (seed 000: four).
+        /// Failures in a row that open the breaker (four by default, as in the slow-tool story).
         failures: u32,
     },
     /// When a sliding time window shows too many failures or slow calls.

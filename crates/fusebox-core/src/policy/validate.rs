@@ -232,7 +232,7 @@ fn check_resolved(path: &str, own: &ToolOverrides, layers: &[&ToolOverrides], p:
     check_open_cap(path, own, layers, p);
 }
 
-/// A non-idempotent write is never retried automatically (runbook, seed 003).
+/// A non-idempotent write is never retried automatically (the operations runbook: a write whose outcome is unknown is looked up, never re-sent).
 fn check_write_retries(
     path: &str,
     own: &ToolOverrides,

@@ -67,10 +67,6 @@ use fusebox_proto::v1::ledger_server::LedgerServer;
 use fusebox_proto::v1::policy_server::PolicyServer;
 use fusebox_proto::v1::tools_server::ToolsServer;
 
-// `convert` reads these bounds through `super::`; they live in
-// `crate::limits` with every other bound of the node.
-pub(crate) use crate::limits::{LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX};
-
 /// The public services over one backend, ready for a tonic server.
 pub struct Services<B> {
     /// `fusebox.v1.Breakers`.

@@ -14,7 +14,7 @@ pub mod tools;
 pub mod watch;
 
 use super::status;
-use super::{LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX};
+use crate::limits::{LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX};
 use fusebox_core::limits::{ID_BYTES_MAX, LIST_LIMIT_MAX};
 use fusebox_core::{CoreError, Namespace};
 use fusebox_proto::v1::RequestMeta;
