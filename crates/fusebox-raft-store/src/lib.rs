@@ -55,6 +55,7 @@
 mod codec;
 mod error;
 mod flusher;
+mod identity;
 mod ledger_store;
 mod limits;
 mod live;
@@ -67,6 +68,7 @@ mod state_store;
 pub mod types;
 
 pub use error::StoreError;
+pub use identity::DirIdentity;
 pub use ledger_store::RocksLedger;
 pub use log_store::{LogReader, LogStore};
 pub use observer::ApplyObserver;
@@ -87,9 +89,11 @@ use std::sync::Arc;
 ///
 /// It blocks (disk reads, and decoding the fleet, which may be large): call it
 /// before starting the runtime's work, or from `spawn_blocking`. Only one
-/// process may hold a directory open; a second open fails.
-pub fn open(dir: &Path) -> Result<(LogStore, StateStore), StoreError> {
+/// process may hold a directory open; a second open fails. A directory
+/// records `me` the first time it is opened and refuses anyone else after.
+pub fn open(dir: &Path, me: &DirIdentity) -> Result<(LogStore, StateStore), StoreError> {
     let db = Arc::new(rocks::open_db(dir)?);
+    identity::claim(&db, dir, me)?;
     let state = StateStore::open(db.clone()).map_err(StoreError::Snapshot)?;
     let flusher = flusher::Flusher::start(db.clone()).map_err(StoreError::Flusher)?;
     Ok((log_store::LogStore::new(db, flusher), state))

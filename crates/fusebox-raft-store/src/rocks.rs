@@ -5,11 +5,21 @@
 //! the order they were made, and one fsync of the WAL covers all writes made
 //! before it.
 //!
+//! WAL recovery is `TolerateCorruptedTailRecords`, chosen on purpose: a
+//! torn last record after a crash is normal (it was never acknowledged,
+//! since appends and votes are acknowledged only once synced), but damage
+//! anywhere before it means synced, acknowledged data is gone. RocksDB's
+//! default (`PointInTime`) would then stop replaying at the damage and open
+//! a shorter log without a word; with this mode the open fails, and the node
+//! refuses to start and says how to recover (see [`crate::StoreError`]).
+//!
 //! RocksDB calls block (disk reads, fsync), so they run on tokio's blocking
 //! pool through [`blocking`], never on a runtime worker thread.
 
 use crate::error::StoreError;
-use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, DB};
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode, Options, DB,
+};
 use std::cell::Cell;
 use std::io;
 use std::path::Path;
@@ -40,6 +50,8 @@ pub(crate) fn open_db(dir: &Path) -> Result<DB, StoreError> {
     options.create_if_missing(true);
     options.create_missing_column_families(true);
     options.set_compression_type(DBCompressionType::Lz4);
+    options.set_wal_recovery_mode(DBRecoveryMode::TolerateCorruptedTailRecords);
+    options.set_paranoid_checks(true);
     let families = COLUMN_FAMILIES.map(|name| {
         let mut cf_options = Options::default();
         cf_options.set_compression_type(DBCompressionType::Lz4);

@@ -2,7 +2,7 @@
 //! openraft's storage conformance suite, run against a fresh store in a
 //! fresh temporary directory for every sub-test.
 
-use fusebox_raft_store::{open, LogStore, StateStore, TypeConfig};
+use fusebox_raft_store::{open, DirIdentity, LogStore, StateStore, TypeConfig};
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::StorageError;
@@ -12,9 +12,13 @@ struct FreshStore;
 
 impl StoreBuilder<TypeConfig, LogStore, StateStore, TempDir> for FreshStore {
     async fn build(&self) -> Result<(TempDir, LogStore, StateStore), StorageError<TypeConfig>> {
+        let me = DirIdentity {
+            node_id: 1,
+            cluster_id: "conformance".into(),
+        };
         let dir = TempDir::new().map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
-        let (log, state) =
-            open(dir.path()).map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
+        let (log, state) = open(dir.path(), &me)
+            .map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
         Ok((dir, log, state))
     }
 }

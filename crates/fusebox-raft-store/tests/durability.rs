@@ -5,7 +5,9 @@
 mod support;
 
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
-use fusebox_raft_store::{open, snapshot_data, ApplyObserver, StateStore, StoreError, Vote};
+use fusebox_raft_store::{
+    open, snapshot_data, ApplyObserver, DirIdentity, StateStore, StoreError, Vote,
+};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{RaftLogReader, RaftSnapshotBuilder};
 use std::io;
@@ -36,13 +38,13 @@ async fn log_vote_and_committed_survive_reopen() {
         normal(2, 3, kill_switch(true)),
     ];
     {
-        let (mut log, _state) = open(dir.path()).unwrap();
+        let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
         log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
         append(&mut log, entries.clone()).await;
         log.save_committed(Some(log_id(2, 3))).await.unwrap();
     }
 
-    let (mut log, _state) = open(dir.path()).unwrap();
+    let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
     let mut reader = log.get_log_reader().await;
     assert_eq!(
         reader.read_vote().await.unwrap(),
@@ -59,14 +61,14 @@ async fn log_vote_and_committed_survive_reopen() {
 async fn truncate_and_purge_survive_reopen() {
     let dir = TempDir::new().unwrap();
     {
-        let (mut log, _state) = open(dir.path()).unwrap();
+        let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
         append(&mut log, (1..=6).map(|i| blank(1, i)).collect()).await;
         log.purge(log_id(1, 2)).await.unwrap();
         log.truncate_after(Some(log_id(1, 4))).await.unwrap();
         append(&mut log, vec![blank(2, 5)]).await;
     }
 
-    let (mut log, _state) = open(dir.path()).unwrap();
+    let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
     let state = log.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 2)));
     assert_eq!(state.last_log_id, Some(log_id(2, 5)));
@@ -79,7 +81,7 @@ async fn truncate_and_purge_survive_reopen() {
 async fn built_snapshot_is_what_reopen_restores() {
     let dir = TempDir::new().unwrap();
     let (built, digest_at_build) = {
-        let (_log, mut state) = open(dir.path()).unwrap();
+        let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
         let entries = vec![
             membership(1, 1, &[1, 2, 3]),
             normal(1, 2, kill_switch(true)),
@@ -99,7 +101,7 @@ async fn built_snapshot_is_what_reopen_restores() {
     };
     assert_eq!(built.meta.last_log_id, Some(log_id(1, 4)));
 
-    let (_log, mut state) = open(dir.path()).unwrap();
+    let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
     let (applied, membership) = state.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(1, 4)));
     assert_eq!(membership, built.meta.last_membership);
@@ -117,7 +119,7 @@ async fn built_snapshot_is_what_reopen_restores() {
 async fn corrupt_log_values_are_errors_and_reads_stay_in_range() {
     let dir = TempDir::new().unwrap();
     {
-        let (mut log, _state) = open(dir.path()).unwrap();
+        let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
         log.save_vote(&Vote::new(1, 1)).await.unwrap();
         append(&mut log, (1..=5).map(|i| blank(1, i)).collect()).await;
     }
@@ -130,7 +132,7 @@ async fn corrupt_log_values_are_errors_and_reads_stay_in_range() {
     );
     scribble(dir.path(), "meta", b"vote", b"");
 
-    let (mut log, _state) = open(dir.path()).unwrap();
+    let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
     let mut reader = log.get_log_reader().await;
     // Only the requested keys are read: 1..4 never touches the bad entries.
     assert_eq!(reader.try_get_log_entries(1..4).await.unwrap().len(), 3);
@@ -147,7 +149,7 @@ async fn corrupt_log_values_are_errors_and_reads_stay_in_range() {
 async fn corrupt_snapshot_stops_the_open() {
     let dir = TempDir::new().unwrap();
     {
-        let (_log, mut state) = open(dir.path()).unwrap();
+        let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
         apply(&mut state, vec![normal(1, 1, kill_switch(true))])
             .await
             .unwrap();
@@ -160,7 +162,7 @@ async fn corrupt_snapshot_stops_the_open() {
     }
     scribble(dir.path(), "snapshot", b"head", b"\x02\xff\xff\xff");
 
-    match open(dir.path()) {
+    match open(dir.path(), &support::me()) {
         Err(StoreError::Snapshot(e)) => assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}"),
         Err(other) => panic!("wrong error: {other}"),
         Ok(_) => panic!("a corrupt snapshot was accepted"),
@@ -168,9 +170,113 @@ async fn corrupt_snapshot_stops_the_open() {
 }
 
 #[tokio::test]
+async fn a_data_directory_refuses_another_node_or_cluster() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
+        append(&mut log, vec![blank(1, 1)]).await;
+    }
+    let others = [
+        DirIdentity {
+            node_id: 2,
+            ..support::me()
+        },
+        DirIdentity {
+            cluster_id: "other".into(),
+            ..support::me()
+        },
+    ];
+    for other in &others {
+        match open(dir.path(), other) {
+            Err(StoreError::NotMine { found, me, .. }) => {
+                assert_eq!((&found, &me), (&support::me(), other));
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("{other} opened the directory of {}", support::me()),
+        }
+    }
+    let err = open(dir.path(), &others[1]).err().unwrap().to_string();
+    assert!(
+        err.contains("belongs to node 1 of cluster \"test\""),
+        "{err}"
+    );
+    // The rightful owner still opens it, with its log intact.
+    let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, Some(log_id(1, 1)));
+}
+
+/// The newest write-ahead log file of a closed store.
+fn newest_wal(dir: &Path) -> std::path::PathBuf {
+    let mut wals: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    wals.sort();
+    wals.pop().expect("a write-ahead log file")
+}
+
+/// Garbles `len` bytes in the middle of the newest write-ahead log file.
+fn garble_wal(dir: &Path, len: usize) {
+    let wal = newest_wal(dir);
+    let mut bytes = std::fs::read(&wal).unwrap();
+    assert!(bytes.len() > 4 * len, "wal of {} bytes", bytes.len());
+    let middle = bytes.len() / 2;
+    for b in &mut bytes[middle..middle + len] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(wal, bytes).unwrap();
+}
+
+/// Writes 200 entries, each synced on its own, and closes the store.
+async fn two_hundred_synced_entries(dir: &Path) {
+    let (mut log, _state) = open(dir, &support::me()).unwrap();
+    for i in 1..=200 {
+        append(&mut log, vec![normal(1, i, kill_switch(i % 2 == 0))]).await;
+    }
+}
+
+#[tokio::test]
+async fn a_torn_wal_tail_opens_with_every_entry_before_it() {
+    let dir = TempDir::new().unwrap();
+    two_hundred_synced_entries(dir.path()).await;
+    // A crash mid-write leaves the last record cut short.
+    let wal = newest_wal(dir.path());
+    let len = std::fs::metadata(&wal).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
+    file.set_len(len - 7).unwrap();
+    let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
+    let last = log.get_log_state().await.unwrap().last_log_id.unwrap();
+    assert!(
+        last.index >= 199,
+        "a torn tail cost more than its record: {last:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_wal_damaged_before_its_tail_refuses_to_open() {
+    let dir = TempDir::new().unwrap();
+    two_hundred_synced_entries(dir.path()).await;
+    garble_wal(dir.path(), 16);
+    match open(dir.path(), &support::me()) {
+        Err(StoreError::Open { source, .. }) => {
+            assert_eq!(source.kind(), rocksdb::ErrorKind::Corruption, "{source}");
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok((mut log, _)) => {
+            let last = log.get_log_state().await.unwrap().last_log_id;
+            panic!("a damaged log opened silently, ending at {last:?} of 200 synced entries");
+        }
+    }
+    let message = open(dir.path(), &support::me()).err().unwrap().to_string();
+    assert!(message.contains("remove-member"), "{message}");
+}
+
+#[tokio::test]
 async fn garbage_snapshot_is_refused_and_changes_nothing() {
     let dir = TempDir::new().unwrap();
-    let (_log, mut state) = open(dir.path()).unwrap();
+    let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
     apply(&mut state, vec![normal(1, 1, kill_switch(true))])
         .await
         .unwrap();
@@ -219,8 +325,8 @@ impl ApplyObserver for Recorder {
 #[tokio::test]
 async fn installed_snapshot_carries_the_state_and_tells_the_observer() {
     let (leader_dir, follower_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let (_leader_log, mut leader) = open(leader_dir.path()).unwrap();
-    let (_follower_log, mut follower) = open(follower_dir.path()).unwrap();
+    let (_leader_log, mut leader) = open(leader_dir.path(), &support::me()).unwrap();
+    let (_follower_log, mut follower) = open(follower_dir.path(), &support::me()).unwrap();
     let leader_events = Arc::new(Recorder::default());
     let follower_events = Arc::new(Recorder::default());
     leader.set_observer(leader_events.clone());
@@ -257,7 +363,7 @@ async fn installed_snapshot_carries_the_state_and_tells_the_observer() {
 #[tokio::test]
 async fn clones_share_one_state() {
     let dir = TempDir::new().unwrap();
-    let (_log, state) = open(dir.path()).unwrap();
+    let (_log, state) = open(dir.path(), &support::me()).unwrap();
     let mut for_raft: StateStore = state.clone();
     apply(&mut for_raft, vec![normal(1, 1, kill_switch(true))])
         .await

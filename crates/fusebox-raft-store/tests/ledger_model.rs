@@ -184,7 +184,7 @@ fn assert_reads_agree(store: &StateStore, model: &StateMachine) {
 #[tokio::test]
 async fn the_rocksdb_ledger_answers_like_the_model() {
     let dir = TempDir::new().unwrap();
-    let (_log, mut store) = open(dir.path()).unwrap();
+    let (_log, mut store) = open(dir.path(), &support::me()).unwrap();
     let mut model = StateMachine::new();
     let mut rng = Lcg(7);
     let mut next = 1;
@@ -216,7 +216,7 @@ async fn a_crash_after_a_snapshot_replays_to_the_same_state() {
     model_apply(&mut model, &before);
     model_apply(&mut model, &after);
     {
-        let (_log, mut store) = open(dir.path()).unwrap();
+        let (_log, mut store) = open(dir.path(), &support::me()).unwrap();
         apply(&mut store, before).await.unwrap();
         let built = store
             .get_snapshot_builder()
@@ -231,7 +231,7 @@ async fn a_crash_after_a_snapshot_replays_to_the_same_state() {
 
     // The fleet comes back from the snapshot, the ledger from the disk as
     // of entry 400; openraft then replays 201..=400.
-    let (_log, mut store) = open(dir.path()).unwrap();
+    let (_log, mut store) = open(dir.path(), &support::me()).unwrap();
     let (applied, _) = store.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(1, 200)));
     apply(&mut store, after).await.unwrap();
@@ -242,8 +242,8 @@ async fn a_crash_after_a_snapshot_replays_to_the_same_state() {
 #[tokio::test]
 async fn a_snapshot_installs_the_ledger_on_another_node() {
     let (leader_dir, follower_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let (_l, mut leader) = open(leader_dir.path()).unwrap();
-    let (_f, mut follower) = open(follower_dir.path()).unwrap();
+    let (_l, mut leader) = open(leader_dir.path(), &support::me()).unwrap();
+    let (_f, mut follower) = open(follower_dir.path(), &support::me()).unwrap();
     let mut rng = Lcg(23);
     // The follower holds records the snapshot does not: all must go.
     apply(&mut follower, entries(&mut Lcg(99), 1, 50))
@@ -273,6 +273,6 @@ async fn a_snapshot_installs_the_ledger_on_another_node() {
     apply(&mut follower, more).await.unwrap();
     assert_eq!(digest(&follower), model.digest().unwrap());
     drop((_f, follower));
-    let (_f, follower) = open(follower_dir.path()).unwrap();
+    let (_f, follower) = open(follower_dir.path(), &support::me()).unwrap();
     assert_reads_agree(&follower, &model);
 }

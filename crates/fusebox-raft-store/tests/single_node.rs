@@ -70,7 +70,7 @@ impl RaftNetworkV2<TypeConfig> for NoPeers {
 }
 
 async fn start(dir: &Path) -> (Raft<TypeConfig, StateStore>, StateStore) {
-    let (log, state) = open(dir).unwrap();
+    let (log, state) = open(dir, &support::me()).unwrap();
     let config = Arc::new(Config::default().validate().unwrap());
     // Raft's randomness is seeded; it must be started inside a seed scope.
     let raft = RaftRuntime::scope(1, Raft::new(1, config, NoPeers, log, state.clone()))

@@ -65,3 +65,11 @@ pub async fn apply(state: &mut StateStore, entries: Vec<Entry>) -> std::io::Resu
 pub fn digest(state: &StateStore) -> String {
     state.with_state(|sm| sm.digest().unwrap())
 }
+
+/// The identity every test store is opened as.
+pub fn me() -> fusebox_raft_store::DirIdentity {
+    fusebox_raft_store::DirIdentity {
+        node_id: 1,
+        cluster_id: "test".into(),
+    }
+}

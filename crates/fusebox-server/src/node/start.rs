@@ -23,7 +23,7 @@ use fusebox_core::machine::Command;
 use fusebox_proto::net::Listener;
 use fusebox_proto::v1::cluster_server::ClusterServer;
 use fusebox_proto::v1::raft_server::RaftServer;
-use fusebox_raft_store::RaftRuntime;
+use fusebox_raft_store::{DirIdentity, RaftRuntime};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use std::collections::BTreeMap;
@@ -109,9 +109,13 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, StartError> {
 pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, StartError> {
     config.validate().map_err(StartError::Config)?;
     let dir = config.data_dir.clone();
+    let me = DirIdentity {
+        node_id: config.id,
+        cluster_id: config.cluster_id.clone(),
+    };
     // Opening reads the disk and may restore a large snapshot: off the workers.
     let (log_store, state) = fusebox_raft_store::blocking(move || {
-        fusebox_raft_store::open(&dir).map_err(|e| std::io::Error::other(e.to_string()))
+        fusebox_raft_store::open(&dir, &me).map_err(|e| std::io::Error::other(e.to_string()))
     })
     .await
     .map_err(|e| StartError::Storage(e.to_string()))?;
