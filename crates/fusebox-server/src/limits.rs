@@ -103,6 +103,15 @@ pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 pub const SNAPSHOT_PREALLOCATE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Largest Raft message payload accepted or sent, in bytes.
 pub const RAFT_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest replication batch one AppendEntries carries, in encoded bytes;
+/// the network sends the rest in the next batch. Well under
+/// [`RAFT_PAYLOAD_BYTES_MAX`], so a full batch always fits the transport.
+pub const REPLICATION_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Largest log entry a node proposes, in encoded bytes: a command that
+/// would make a bigger entry is refused with `entry_bytes_max` before it
+/// reaches the log. Below [`REPLICATION_BATCH_BYTES_MAX`], so one entry
+/// always fits a batch by itself.
+pub const ENTRY_BYTES_MAX: usize = 12 * 1024 * 1024;
 /// How long connecting to a peer's Raft service may take, in milliseconds.
 pub const RAFT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 

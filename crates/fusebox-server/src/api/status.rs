@@ -246,6 +246,10 @@ pub fn from_backend(error: &BackendError) -> Status {
             ),
             None,
         ),
+        BackendError::TooLarge { bytes, max } => {
+            let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+            limit_reached("entry_bytes_max", as_u64(*max), as_u64(*bytes))
+        }
         BackendError::Fatal(reason) => with_detail(
             Code::Internal,
             ErrorCode::Unspecified,
@@ -328,6 +332,8 @@ mod tests {
             from_backend(&BackendError::Fatal("io".into())).code(),
             Code::Internal
         );
+        let huge = from_backend(&BackendError::TooLarge { bytes: 9, max: 8 });
+        assert_eq!(huge.code(), Code::ResourceExhausted);
         let leader = from_backend(&BackendError::NotLeader {
             leader_id: Some(2),
             leader_addr: Some("10.0.0.2:7000".into()),

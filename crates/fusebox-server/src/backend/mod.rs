@@ -45,6 +45,15 @@ pub enum BackendError {
     /// `complete` are idempotent per attempt.
     #[error("outcome unknown: {0}")]
     Indeterminate(String),
+    /// The command would make a log entry larger than
+    /// [`crate::limits::ENTRY_BYTES_MAX`]; it was not proposed.
+    #[error("entry of {bytes} bytes, at most {max}")]
+    TooLarge {
+        /// The entry's encoded size.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+    },
     /// The node hit a storage error and stopped.
     #[error("fatal: {0}")]
     Fatal(String),

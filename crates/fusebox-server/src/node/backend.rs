@@ -4,7 +4,7 @@
 use super::coalescer::ReportCoalescer;
 use super::env::{Clock, NodeEnv};
 use crate::backend::{Backend, BackendError, Consistency};
-use crate::limits::{LINEARIZABLE_READ_TIMEOUT_MS, WRITE_TIMEOUT_MS};
+use crate::limits::{ENTRY_BYTES_MAX, LINEARIZABLE_READ_TIMEOUT_MS, WRITE_TIMEOUT_MS};
 use crate::metrics::Metrics;
 use crate::watch::{WatchHub, WatchStart};
 use fusebox_core::machine::{Applied, Command, Report, SharedStateMachine};
@@ -71,6 +71,7 @@ pub(crate) async fn propose(
         at_ms: clock(),
         command,
     };
+    check_entry_bytes(&request)?;
     let within = Duration::from_millis(WRITE_TIMEOUT_MS);
     let written = tokio::time::timeout(within, raft.client_write(request))
         .await
@@ -86,6 +87,21 @@ pub(crate) async fn propose(
         .ok_or_else(|| BackendError::Fatal("applied entry returned no answer".into()))?;
     metrics.observe_write(batch, &applied.answer, started.elapsed().as_secs_f64());
     Ok(applied)
+}
+
+/// Refuses a command whose log entry would pass [`ENTRY_BYTES_MAX`]: it
+/// would slow every replication batch it rides in, and the caller learns
+/// why instead of waiting on a stalled log.
+fn check_entry_bytes(request: &Request) -> Result<(), BackendError> {
+    let bytes = postcard::experimental::serialized_size(request)
+        .map_err(|e| BackendError::Fatal(format!("cannot encode a command: {e}")))?;
+    if bytes > ENTRY_BYTES_MAX {
+        return Err(BackendError::TooLarge {
+            bytes,
+            max: ENTRY_BYTES_MAX,
+        });
+    }
+    Ok(())
 }
 
 impl Backend for RaftBackend {
@@ -173,5 +189,42 @@ impl Backend for RaftBackend {
 
     fn net(&self) -> Net {
         self.env.net.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fusebox_core::disclosure::McpHints;
+    use fusebox_core::tools::ToolImport;
+    use fusebox_core::{Namespace, ServerName, ToolName};
+
+    fn import(tools: usize, block_bytes: usize) -> Request {
+        let tools = (0..tools)
+            .map(|i| ToolImport {
+                tool: ToolName::new(format!("t{i}")).unwrap(),
+                hints: McpHints::default(),
+                disclosure_json: Some("x".repeat(block_bytes)),
+            })
+            .collect();
+        let command = Command::ImportTools {
+            namespace: Namespace::new("ns").unwrap(),
+            server: ServerName::new("s").unwrap(),
+            tools,
+            actor: "ops".into(),
+        };
+        Request { at_ms: 1, command }
+    }
+
+    #[test]
+    fn an_entry_past_its_bound_is_refused_before_the_log() {
+        assert!(check_entry_bytes(&import(250, 16 * 1024)).is_ok());
+        match check_entry_bytes(&import(1_000, 16 * 1024)) {
+            Err(BackendError::TooLarge { bytes, max }) => {
+                assert_eq!(max, ENTRY_BYTES_MAX);
+                assert!(bytes > ENTRY_BYTES_MAX, "{bytes}");
+            }
+            other => panic!("a 16 MB entry was not refused: {other:?}"),
+        }
     }
 }

@@ -1,9 +1,12 @@
 //! How openraft's messages travel inside `fusebox.v1.Raft` RPCs.
 //!
-//! Payloads are openraft's own types encoded as JSON (openraft derives serde
-//! for them; JSON tolerates every serde attribute they use). The header names
-//! the cluster and both nodes, so a message that reaches the wrong cluster or
-//! node is refused before it is decoded.
+//! Payloads are openraft's own types in postcard, the compact binary
+//! encoding the log store already keeps them in (the store's codec pins
+//! that they encode and decode; a command's bytes are its own, never
+//! escaped or inflated as JSON would inflate binary-ish text). The header
+//! names the cluster and both nodes, so a message that reaches the wrong
+//! cluster or node is refused before it is decoded. A refusal tells the
+//! sender only which check failed; who this node is stays in its log.
 
 use crate::limits::RAFT_PAYLOAD_BYTES_MAX;
 use fusebox_proto::v1::{RaftHeader, RaftMessage};
@@ -11,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::Status;
 
-/// The payload encoding this build speaks.
-pub const CODEC_VERSION: u32 = 1;
+/// The payload encoding this build speaks: 2 is postcard (1 was JSON).
+pub const CODEC_VERSION: u32 = 2;
 
 /// Who sends a message to whom, in which cluster.
 #[derive(Clone, Debug)]
@@ -39,11 +42,21 @@ impl Route {
 }
 
 /// Encodes an openraft value into a message.
-pub fn encode<T: Serialize>(route: &Route, value: &T) -> Result<RaftMessage, serde_json::Error> {
+pub fn encode<T: Serialize>(route: &Route, value: &T) -> Result<RaftMessage, postcard::Error> {
     Ok(RaftMessage {
         header: Some(route.header()),
-        payload: serde_json::to_vec(value)?,
+        payload: to_bytes(value)?,
     })
+}
+
+/// Encodes an openraft value as a payload (a reply, a snapshot's vote).
+pub fn to_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_allocvec(value)
+}
+
+/// How many bytes `value` takes as a payload, without encoding it.
+pub fn encoded_len<T: Serialize>(value: &T) -> Result<usize, postcard::Error> {
+    postcard::experimental::serialized_size(value)
 }
 
 /// Checks a received header against this node.
@@ -52,16 +65,20 @@ pub fn check_header(header: Option<&RaftHeader>, cluster_id: &str, me: u64) -> R
         return Err(Status::invalid_argument("raft message without header"));
     };
     if h.cluster_id != cluster_id {
-        return Err(Status::failed_precondition(format!(
-            "message for cluster {:?}, this node belongs to {cluster_id:?}",
-            h.cluster_id
-        )));
+        tracing::warn!(from = h.from_node_id, cluster = %h.cluster_id, "raft message for another cluster refused");
+        return Err(Status::failed_precondition(
+            "raft message refused: wrong cluster",
+        ));
     }
     if h.to_node_id != me {
-        return Err(Status::failed_precondition(format!(
-            "message for node {}, this is node {me}",
-            h.to_node_id
-        )));
+        tracing::warn!(
+            from = h.from_node_id,
+            to = h.to_node_id,
+            "raft message for another node refused"
+        );
+        return Err(Status::failed_precondition(
+            "raft message refused: wrong node",
+        ));
     }
     if h.codec_version != CODEC_VERSION {
         return Err(Status::failed_precondition(format!(
@@ -80,6 +97,48 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
             payload.len()
         )));
     }
-    serde_json::from_slice(payload)
+    postcard::from_bytes(payload)
         .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(cluster_id: &str, to: u64) -> RaftHeader {
+        let route = Route {
+            cluster_id: cluster_id.into(),
+            from: 7,
+            to,
+        };
+        route.header()
+    }
+
+    #[test]
+    fn a_refusal_names_the_check_and_not_who_this_node_is() {
+        let wrong_cluster = check_header(Some(&header("other", 1)), "secret-cluster", 1);
+        let wrong_node = check_header(Some(&header("secret-cluster", 9)), "secret-cluster", 1);
+        for (status, check) in [(wrong_cluster, "wrong cluster"), (wrong_node, "wrong node")] {
+            let message = status.unwrap_err().message().to_owned();
+            assert!(message.contains(check), "{message}");
+            assert!(!message.contains("secret-cluster"), "{message}");
+            assert!(
+                !message.contains("node 1") && !message.contains('1'),
+                "{message}"
+            );
+        }
+        assert!(check_header(Some(&header("secret-cluster", 1)), "secret-cluster", 1).is_ok());
+    }
+
+    #[test]
+    fn payloads_round_trip_and_garbage_is_refused() {
+        use fusebox_raft_store::Vote;
+        let vote = Vote::new_committed(3, 2);
+        let bytes = to_bytes(&vote).unwrap();
+        assert_eq!(encoded_len(&vote).unwrap(), bytes.len());
+        let back: Vote = decode(&bytes).unwrap();
+        assert_eq!(back, vote);
+        let garbage = decode::<Vote>(&[0xff; 3]);
+        assert_eq!(garbage.unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
 }

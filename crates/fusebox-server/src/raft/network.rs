@@ -6,11 +6,14 @@
 //! does not enforce it on appends.
 
 use super::codec::{self, Route};
-use crate::limits::{RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, SNAPSHOT_CHUNK_BYTES};
+use crate::limits::{
+    RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, REPLICATION_BATCH_BYTES_MAX,
+    SNAPSHOT_CHUNK_BYTES,
+};
 use fusebox_proto::net::Net;
 use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
-use fusebox_raft_store::{NodeId, SnapshotData, SnapshotMeta, TypeConfig};
+use fusebox_raft_store::{LogId, NodeId, SnapshotData, SnapshotMeta, TypeConfig};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
@@ -123,15 +126,27 @@ impl Connection {
 impl RaftNetworkV2<TypeConfig> for Connection {
     type SnapshotData = SnapshotData;
 
+    /// Sends at most [`REPLICATION_BATCH_BYTES_MAX`] of entries (and at
+    /// least one). When openraft offers more, the rest is cut off and a
+    /// success is reported as partial, up to the last entry sent: openraft
+    /// then sends the remainder next, so no batch outgrows the transport.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, option.soft_ttl(), |mut c, m| async move {
-            c.append_entries(m).await
+        let (rpc, cut_after) = within_batch_bytes(rpc).map_err(network)?;
+        let response = self
+            .call(&rpc, option.soft_ttl(), |mut c, m| async move {
+                c.append_entries(m).await
+            })
+            .await?;
+        Ok(match (response, cut_after) {
+            (AppendEntriesResponse::Success, Some(last)) => {
+                AppendEntriesResponse::PartialSuccess(Some(last))
+            }
+            (response, _) => response,
         })
-        .await
     }
 
     async fn vote(
@@ -191,6 +206,35 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     }
 }
 
+/// Keeps the longest run of `rpc`'s entries that fits in
+/// [`REPLICATION_BATCH_BYTES_MAX`], never fewer than one (a proposal is
+/// bounded by [`crate::limits::ENTRY_BYTES_MAX`], well below it); when it cuts, also the
+/// log id of the last entry kept.
+fn within_batch_bytes(
+    mut rpc: AppendEntriesRequest<TypeConfig>,
+) -> Result<(AppendEntriesRequest<TypeConfig>, Option<LogId>), postcard::Error> {
+    let mut bytes = 0usize;
+    let mut keep = rpc.entries.len();
+    for (i, entry) in rpc.entries.iter().enumerate() {
+        bytes = bytes.saturating_add(codec::encoded_len(entry)?);
+        if i > 0 && bytes > REPLICATION_BATCH_BYTES_MAX {
+            keep = i;
+            break;
+        }
+    }
+    if keep == rpc.entries.len() {
+        return Ok((rpc, None));
+    }
+    rpc.entries.truncate(keep);
+    let last = rpc.entries.last().map(|e| e.log_id);
+    tracing::debug!(
+        entries = keep,
+        bytes,
+        "replication batch cut to its byte bound"
+    );
+    Ok((rpc, last))
+}
+
 /// A snapshot as begin, data and end chunks. The data chunks are cut from
 /// the snapshot's bytes as the stream is polled, never all copied at once.
 fn snapshot_chunks(
@@ -198,11 +242,11 @@ fn snapshot_chunks(
     vote: &VoteOf<TypeConfig>,
     meta: &SnapshotMeta,
     (bytes, sha256): (Arc<Vec<u8>>, Vec<u8>),
-) -> Result<impl futures::Stream<Item = SnapshotChunk> + Send + 'static, serde_json::Error> {
+) -> Result<impl futures::Stream<Item = SnapshotChunk> + Send + 'static, postcard::Error> {
     let begin = SnapshotBegin {
         header: Some(route.header()),
-        vote: serde_json::to_vec(vote)?,
-        meta: serde_json::to_vec(meta)?,
+        vote: codec::to_bytes(vote)?,
+        meta: codec::to_bytes(meta)?,
         total_bytes: bytes.len() as u64,
     };
     let end = SnapshotEnd { sha256 };
@@ -220,4 +264,69 @@ fn snapshot_chunks(
         .chain(std::iter::once(snapshot_chunk::Chunk::End(end)))
         .map(|chunk| SnapshotChunk { chunk: Some(chunk) });
     Ok(futures::stream::iter(chunks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fusebox_core::disclosure::McpHints;
+    use fusebox_core::machine::Command;
+    use fusebox_core::tools::ToolImport;
+    use fusebox_core::{Namespace, ServerName, ToolName};
+    use fusebox_raft_store::{Entry, Request};
+    use openraft::entry::RaftEntry;
+
+    /// An entry of about `mib` MiB: one import of a tool with a block of
+    /// control characters (which JSON would have inflated six-fold).
+    fn entry(index: u64, mib: usize) -> Entry {
+        let tool = ToolImport {
+            tool: ToolName::new("t").unwrap(),
+            hints: McpHints::default(),
+            disclosure_json: Some("\u{1}".repeat(mib * 1024 * 1024)),
+        };
+        let command = Command::ImportTools {
+            namespace: Namespace::new("ns").unwrap(),
+            server: ServerName::new("s").unwrap(),
+            tools: vec![tool],
+            actor: "ops".into(),
+        };
+        let log_id = openraft::testing::log_id::<TypeConfig>(1, 1, index);
+        Entry::new_normal(log_id, Request { at_ms: 1, command })
+    }
+
+    fn request(entries: Vec<Entry>) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: openraft::Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_cut_at_its_byte_bound_and_says_where() {
+        let offered = (1..=5).map(|i| entry(i, 6)).collect();
+        let (sent, cut_after) = within_batch_bytes(request(offered)).unwrap();
+        assert_eq!(sent.entries.len(), 2, "two entries of 6 MiB fit in 16 MiB");
+        assert_eq!(cut_after.map(|id| id.index), Some(2));
+        let bytes: usize = sent
+            .entries
+            .iter()
+            .map(|e| codec::encoded_len(e).unwrap())
+            .sum();
+        assert!(bytes <= REPLICATION_BATCH_BYTES_MAX);
+        // Control characters travel as themselves, not inflated.
+        assert!(codec::encoded_len(&sent.entries[0]).unwrap() < 6 * 1024 * 1024 + 1024);
+    }
+
+    #[test]
+    fn a_batch_within_its_bound_is_sent_whole_and_one_entry_always_goes() {
+        let small = (1..=3).map(|i| entry(i, 1)).collect();
+        let (sent, cut_after) = within_batch_bytes(request(small)).unwrap();
+        assert_eq!((sent.entries.len(), cut_after), (3, None));
+        let (sent, cut_after) = within_batch_bytes(request(vec![entry(1, 17)])).unwrap();
+        assert_eq!((sent.entries.len(), cut_after), (1, None));
+        let empty = within_batch_bytes(request(Vec::new())).unwrap();
+        assert_eq!((empty.0.entries.len(), empty.1), (0, None));
+    }
 }

@@ -29,7 +29,7 @@ fn fatal(e: impl std::fmt::Display) -> Status {
 
 impl RaftService {
     fn reply<T: serde::Serialize>(&self, value: &T) -> Result<Response<RaftMessage>, Status> {
-        let payload = serde_json::to_vec(value)
+        let payload = codec::to_bytes(value)
             .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
         Ok(Response::new(RaftMessage {
             header: None,

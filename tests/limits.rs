@@ -1,0 +1,130 @@
+//! What a payload or a disk may not do to a cluster of real `fusebox`
+//! processes (issue 13): big entries stall no one, and a data directory
+//! serves only the node and cluster it belongs to.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use fusebox_proto::v1::begin_response::Outcome;
+use fusebox_proto::v1::tools_client::ToolsClient;
+use fusebox_proto::v1::{ImportToolsRequest, ManifestTool};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::ledger::begin_request;
+use support::{channel_to, free_port, TestCluster};
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// A manifest of `tools` tools, each with a `block_bytes` disclosure block
+/// of control characters: inside the per-tool bounds, and six times larger
+/// once escaped as JSON, which is how the Raft transport used to carry it.
+fn heavy_import(server: &str, tools: usize, block_bytes: usize) -> ImportToolsRequest {
+    ImportToolsRequest {
+        namespace: "agents".into(),
+        server: server.into(),
+        actor: "ops".into(),
+        tools: (0..tools)
+            .map(|i| ManifestTool {
+                tool: format!("tool-{i}"),
+                latency_disclosure_json: Some("\u{1}".repeat(block_bytes)),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_imports_through_every_node_stall_no_write() {
+    eprintln!("phase: three nodes, a leader");
+    let cluster = TestCluster::start(3);
+    cluster.wait_leader(&[1, 2, 3], SETTLE).await;
+
+    eprintln!("phase: four imports of 250 tools x 16 KB at once, through every node");
+    let started = Instant::now();
+    let imports: Vec<_> = (0..4u64)
+        .map(|i| {
+            let addr = cluster.nodes[&(i % 3 + 1)].addr.clone();
+            tokio::spawn(async move {
+                let mut tools = ToolsClient::new(channel_to(&addr));
+                let call = tools.import(heavy_import(&format!("vendor-{i}"), 250, 16_000));
+                tokio::time::timeout(Duration::from_secs(60), call).await
+            })
+        })
+        .collect();
+    for import in imports {
+        let reply = import.await.unwrap().expect("import answered in time");
+        assert_eq!(reply.expect("import taken").into_inner().tools.len(), 250);
+    }
+    eprintln!("imports committed in {:?}", started.elapsed());
+
+    eprintln!("phase: every node replicated them, and writes still commit");
+    cluster.wait_in_sync(&[1, 2, 3], SETTLE).await;
+    for via in [1, 2, 3] {
+        let mut ledger = cluster.ledger(via).await;
+        let begin = ledger.begin(begin_request(&format!("after-imports-{via}"), "a1"));
+        let reply = tokio::time::timeout(Duration::from_secs(10), begin)
+            .await
+            .expect("a write commits within 10 s")
+            .expect("begin answered");
+        assert!(matches!(
+            reply.into_inner().outcome,
+            Some(Outcome::Started(_))
+        ));
+    }
+}
+
+#[test]
+fn a_data_directory_refuses_another_node_or_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let serve = |extra: &[&str]| {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fusebox"));
+        cmd.args(["serve", "--listen", &listen, "--data"])
+            .arg(&data)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd
+    };
+
+    eprintln!("phase: node 1 of the default cluster starts on a fresh directory");
+    let mut first = serve(&[]).spawn().unwrap();
+    let deadline = Instant::now() + SETTLE;
+    while !data.join("CURRENT").exists() {
+        assert!(Instant::now() < deadline, "node 1 never opened its data");
+        assert!(first.try_wait().unwrap().is_none(), "node 1 exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    for other in [
+        vec!["--id", "2"],
+        vec!["--cluster-id", "other"],
+        vec!["--id", "2", "--cluster-id", "other"],
+    ] {
+        eprintln!("phase: {other:?} on node 1's directory is refused");
+        let out = serve(&other).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{other:?} served node 1's data");
+        assert!(
+            stderr.contains("belongs to node 1 of cluster"),
+            "{other:?}: {stderr}"
+        );
+    }
+
+    eprintln!("phase: node 1 itself still starts on it");
+    let mut again = serve(&[]).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        again.try_wait().unwrap().is_none(),
+        "node 1 refused its own directory"
+    );
+    again.kill().unwrap();
+    again.wait().unwrap();
+}
