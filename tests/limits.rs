@@ -128,3 +128,20 @@ fn a_data_directory_refuses_another_node_or_cluster() {
     again.kill().unwrap();
     again.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_a_command_quietly() {
+    let cluster = TestCluster::start(1);
+    cluster.wait_leader(&[1], SETTLE).await;
+    let fusebox = env!("CARGO_BIN_EXE_fusebox");
+    let addr = &cluster.nodes[&1].addr;
+    // `true` exits without reading, so the pipe is closed by the time the
+    // command has asked the cluster and prints.
+    let script = format!("set -o pipefail; '{fusebox}' cluster status --endpoints {addr} | true");
+    for _ in 0..3 {
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{:?}: {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -13,6 +13,7 @@ use crate::breakers_view::{state_name, view_json};
 use crate::client::Session;
 use crate::failure::{rpc, Failure};
 use crate::known::{ensure_breaker, key_to_proto};
+use crate::out::outln;
 use crate::time_text::{instant_from, now_ms, span};
 use fusebox_core::breaker::BreakerKey;
 use fusebox_proto::v1 as pb;
@@ -86,9 +87,9 @@ pub async fn apply(
     if s.json {
         let out = json!({"breaker": view_json(&view), "revision": reply.revision,
                          "actor": actor, "reason": reason});
-        println!("{out}");
+        outln!("{out}");
     } else {
-        println!("{}", confirmation(key, change, &view, &actor, &reason));
+        outln!("{}", confirmation(key, change, &view, &actor, &reason));
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ use crate::client::{ClientArgs, Session};
 use crate::failure::rpc;
 use crate::known::{ensure_breaker, ensure_namespace, key_to_proto};
 use crate::limits::HISTORY_TRANSITIONS_DEFAULT;
+use crate::out::outln;
 use crate::table::print_fields;
 use crate::time_text::{now_ms, parse_duration};
 use clap::{Args, Subcommand, ValueEnum};
@@ -241,12 +242,12 @@ async fn list(
     }
     if s.json {
         let breakers: Vec<_> = views.iter().map(view_json).collect();
-        println!(
+        outln!(
             "{}",
             json!({"namespace": ns, "revision": revision, "breakers": breakers})
         );
     } else if views.is_empty() {
-        println!(
+        outln!(
             "no breakers match in namespace {ns} (a breaker never tripped or reported is closed)"
         );
     } else {
@@ -262,7 +263,7 @@ async fn show(s: &Session, key: &BreakerKey) -> anyhow::Result<()> {
     if s.json {
         let mut out = view_json(&view);
         out["policy"] = policy.to_json();
-        println!("{out}");
+        outln!("{out}");
     } else {
         let mut fields = view_fields(&view, now_ms());
         fields.extend(policy.fields());
@@ -293,9 +294,9 @@ async fn history(s: &Session, key: &BreakerKey, limit: usize) -> anyhow::Result<
     transitions.truncate(limit);
     if s.json {
         let list: Vec<_> = transitions.iter().map(transition_json).collect();
-        println!("{}", json!({"key": key.to_string(), "transitions": list}));
+        outln!("{}", json!({"key": key.to_string(), "transitions": list}));
     } else if transitions.is_empty() {
-        println!("breaker {key} never changed state");
+        outln!("breaker {key} never changed state");
     } else {
         history_table(&transitions).print();
     }

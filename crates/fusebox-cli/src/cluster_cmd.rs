@@ -2,6 +2,7 @@
 
 use crate::client::ClientArgs;
 use crate::failure::rpc;
+use crate::out::outln;
 use crate::time_text::{instant_from, now_ms};
 use clap::{Args, Subcommand};
 use fusebox_proto::v1::{
@@ -70,13 +71,17 @@ fn members_json(members: &[Member]) -> serde_json::Value {
 }
 
 fn print_members(members: &[Member]) {
-    println!(
+    outln!(
         "{:<6} {:<24} {:<10} {:>10} {:>10}",
-        "ID", "ADDRESS", "ROLE", "MATCHED", "APPLIED"
+        "ID",
+        "ADDRESS",
+        "ROLE",
+        "MATCHED",
+        "APPLIED"
     );
     for m in members {
         let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
-        println!(
+        outln!(
             "{:<6} {:<24} {:<10} {:>10} {:>10}",
             m.id,
             m.address,
@@ -97,22 +102,27 @@ fn print_status(s: &StatusResponse, json: bool) {
         let out = json!({"cluster_id": s.cluster_id, "node_id": s.node_id, "leader_id": s.leader_id,
             "term": s.term, "commit_index": s.commit_index, "applied_index": s.applied_index,
             "members": members_json(&s.members), "kill_switches": switches});
-        println!("{out}");
+        outln!("{out}");
         return;
     }
     let leader = s
         .leader_id
         .map_or_else(|| "none".to_string(), |l| l.to_string());
-    println!(
+    outln!(
         "cluster {}  answered by node {}  leader {}  term {}  commit {}  applied {}",
-        s.cluster_id, s.node_id, leader, s.term, s.commit_index, s.applied_index
+        s.cluster_id,
+        s.node_id,
+        leader,
+        s.term,
+        s.commit_index,
+        s.applied_index
     );
     print_members(&s.members);
     if s.kill_switches.is_empty() {
-        println!("write kill switch: off in every namespace");
+        outln!("write kill switch: off in every namespace");
     }
     for k in &s.kill_switches {
-        println!(
+        outln!(
             "write kill switch: ON in namespace {} since {} by {}: {}",
             k.namespace,
             instant_from(k.since_ms, now_ms()),
@@ -149,12 +159,12 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             };
             let added = rpc("cluster add-member", client.add_member(request)).await?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     json!({"log_index": added.log_index, "members": members_json(&added.members)})
                 );
             } else {
-                println!("node {id} added at log index {}", added.log_index);
+                outln!("node {id} added at log index {}", added.log_index);
                 print_members(&added.members);
             }
         }
@@ -165,12 +175,12 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             };
             let removed = rpc("cluster remove-member", client.remove_member(request)).await?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     json!({"log_index": removed.log_index, "members": members_json(&removed.members)})
                 );
             } else {
-                println!("node {id} removed at log index {}", removed.log_index);
+                outln!("node {id} removed at log index {}", removed.log_index);
                 print_members(&removed.members);
             }
         }
@@ -181,9 +191,9 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             };
             let led = rpc("cluster transfer-leader", client.transfer_leader(request)).await?;
             if json {
-                println!("{}", json!({"leader_id": led.leader_id, "term": led.term}));
+                outln!("{}", json!({"leader_id": led.leader_id, "term": led.term}));
             } else {
-                println!("node {} leads in term {}", led.leader_id, led.term);
+                outln!("node {} leads in term {}", led.leader_id, led.term);
             }
         }
     }

@@ -11,6 +11,7 @@
 use crate::client::ClientArgs;
 use crate::failure::rpc;
 use crate::known::ensure_namespace;
+use crate::out::outln;
 use crate::time_text::{instant_from, now_ms};
 use clap::{Args, Subcommand, ValueEnum};
 use fusebox_proto::v1 as pb;
@@ -79,9 +80,9 @@ pub async fn run(args: KillswitchArgs) -> anyhow::Result<()> {
     if s.json {
         let out = json!({"namespace": ns, "writes_blocked": k.writes_blocked,
                          "reason": k.reason, "actor": k.actor, "changed_at_ms": k.changed_at_ms});
-        println!("{out}");
+        outln!("{out}");
     } else if k.writes_blocked {
-        println!(
+        outln!(
             "writes blocked in namespace {ns} since {} by {}: {}\n\
              every write-effect tool is refused on every replica; reads keep working",
             instant_from(k.changed_at_ms, now_ms()),
@@ -89,7 +90,7 @@ pub async fn run(args: KillswitchArgs) -> anyhow::Result<()> {
             k.reason
         );
     } else {
-        println!(
+        outln!(
             "writes allowed again in namespace {ns} since {} by {}: {}",
             instant_from(k.changed_at_ms, now_ms()),
             k.actor,

@@ -8,6 +8,7 @@
 
 use crate::client::{ClientArgs, Session};
 use crate::failure::rpc;
+use crate::out::outln;
 use crate::table::{effect_name, or_dash, print_fields, Table};
 use crate::time_text::{instant, instant_from, now_ms};
 use clap::{Args, Subcommand, ValueEnum};
@@ -298,7 +299,7 @@ pub async fn run(args: LedgerArgs) -> anyhow::Result<()> {
 fn print_record(s: &Session, record: Option<&pb::LedgerRecord>) {
     let record = record.cloned().unwrap_or_default();
     if s.json {
-        println!("{}", record_json(&record));
+        outln!("{}", record_json(&record));
     } else {
         print_fields(&record_fields(&record, now_ms()));
     }
@@ -334,12 +335,12 @@ async fn list(s: &Session, filter: pb::ListRecordsRequest, limit: usize) -> anyh
     records.truncate(limit);
     if s.json {
         let list: Vec<_> = records.iter().map(record_json).collect();
-        println!(
+        outln!(
             "{}",
             json!({"namespace": filter.namespace, "records": list})
         );
     } else if records.is_empty() {
-        println!("no ledger records match in namespace {}", filter.namespace);
+        outln!("no ledger records match in namespace {}", filter.namespace);
     } else {
         records_table(&records).print();
     }
@@ -349,7 +350,7 @@ async fn list(s: &Session, filter: pb::ListRecordsRequest, limit: usize) -> anyh
 async fn resolve(s: &Session, request: pb::ResolveRequest) -> anyhow::Result<()> {
     let reply = rpc("ledger resolve", s.ledger().resolve(request)).await?;
     if !s.json {
-        println!("resolved; the record now reads:");
+        outln!("resolved; the record now reads:");
     }
     print_record(s, reply.record.as_ref());
     Ok(())

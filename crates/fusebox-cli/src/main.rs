@@ -23,6 +23,7 @@ mod known;
 mod ledger_cmd;
 mod limits;
 mod manifest;
+mod out;
 mod policy_cmd;
 mod serve;
 mod table;

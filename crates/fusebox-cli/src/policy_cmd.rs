@@ -11,6 +11,7 @@
 use crate::client::{ClientArgs, Session};
 use crate::failure::{rpc, Failure};
 use crate::known::parse_stored;
+use crate::out::outln;
 use crate::table::{or_dash, print_fields, Table};
 use crate::time_text::{instant, instant_from, now_ms};
 use clap::{Args, Subcommand, ValueEnum};
@@ -221,28 +222,28 @@ async fn apply(s: &Session, request: pb::ApplyPolicyRequest) -> anyhow::Result<(
             .collect();
         let out = json!({"namespace": ns, "version": policy.version, "digest": policy.digest,
                          "unchanged": reply.unchanged, "dry_run": dry_run, "warnings": warnings});
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
     let digest: String = policy.digest.chars().take(12).collect();
     if reply.unchanged {
-        println!(
+        outln!(
             "policy unchanged: v{} in force in namespace {ns} already has this content (digest {digest})",
             policy.version
         );
     } else if dry_run {
-        println!(
+        outln!(
             "policy valid: it would become v{} of namespace {ns} (dry run, nothing stored)",
             policy.version
         );
     } else {
-        println!(
+        outln!(
             "applied policy v{} to namespace {ns} (digest {digest})",
             policy.version
         );
     }
     for w in &reply.warnings {
-        println!("warning: {}: {} [{}]", w.field, w.message, w.rule);
+        outln!("warning: {}: {} [{}]", w.field, w.message, w.rule);
     }
     Ok(())
 }
@@ -262,7 +263,7 @@ async fn fetch(s: &Session, ns: &str, version: Option<u64>) -> anyhow::Result<pb
 async fn show(s: &Session, ns: &str, version: Option<u64>) -> anyhow::Result<()> {
     let policy = fetch(s, ns, version).await?;
     if s.json {
-        println!("{}", version_json(&policy));
+        outln!("{}", version_json(&policy));
         return Ok(());
     }
     print_fields(&[
@@ -273,10 +274,10 @@ async fn show(s: &Session, ns: &str, version: Option<u64>) -> anyhow::Result<()>
         ("by", policy.actor.clone()),
         ("digest", policy.digest.clone()),
     ]);
-    println!();
-    print!("{}", policy.document);
+    outln!();
+    crate::out::write(format_args!("{}", policy.document));
     if !policy.document.ends_with('\n') {
-        println!();
+        outln!();
     }
     Ok(())
 }
@@ -302,7 +303,7 @@ async fn history(s: &Session, ns: &str, limit: usize) -> anyhow::Result<()> {
     versions.truncate(limit);
     if s.json {
         let list: Vec<_> = versions.iter().map(version_json).collect();
-        println!("{}", json!({"namespace": ns, "versions": list}));
+        outln!("{}", json!({"namespace": ns, "versions": list}));
         return Ok(());
     }
     let mut table = Table::new(&["VERSION", "APPLIED", "BY", "ORIGIN", "DIGEST", "REASON"]);
@@ -343,16 +344,16 @@ async fn diff(s: &Session, ns: &str, v1: u64, v2: u64) -> anyhow::Result<()> {
         let list: Vec<_> = changes.iter().map(|c| change_json(c)).collect();
         let out = json!({"namespace": ns, "from": v1, "to": v2,
                          "identical": changes.is_empty(), "changes": list});
-        println!("{out}");
+        outln!("{out}");
     } else if changes.is_empty() {
-        println!("policy v{v1} and v{v2} of namespace {ns} are identical");
+        outln!("policy v{v1} and v{v2} of namespace {ns} are identical");
     } else {
-        println!(
+        outln!(
             "policy of namespace {ns}, v{v1} -> v{v2}: {} field(s) differ",
             changes.len()
         );
         for change in &changes {
-            println!("  {change}");
+            outln!("  {change}");
         }
     }
     Ok(())
@@ -363,11 +364,12 @@ async fn rollback(s: &Session, request: pb::RollbackPolicyRequest) -> anyhow::Re
     let reply = rpc("policy rollback", s.policy().rollback(request)).await?;
     let policy = reply.policy.unwrap_or_default();
     if s.json {
-        println!("{}", version_json(&policy));
+        outln!("{}", version_json(&policy));
     } else {
-        println!(
+        outln!(
             "rolled namespace {ns} back to the content of v{to}: now in force as v{} (by {})",
-            policy.version, policy.actor
+            policy.version,
+            policy.actor
         );
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! `fusebox serve`: run one node until SIGTERM or Ctrl-C.
 
+use crate::out::outln;
 use anyhow::{bail, Context};
 use clap::Args;
 use fusebox_server::node::{start, NodeConfig};
@@ -107,7 +108,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_json);
     let config = config_of(&args)?;
     let node = start(config.clone()).await.context("starting the node")?;
-    println!(
+    outln!(
         "fusebox node {} serving gRPC on {}{} with data in {}",
         config.id,
         node.grpc_addr,

@@ -5,6 +5,7 @@
 //! no trailing blanks. Everything is rendered to a `String` first, which
 //! keeps the layout testable without a terminal.
 
+use crate::out::outln;
 use fusebox_proto::v1 as pb;
 
 /// A table with a header row.
@@ -46,7 +47,7 @@ impl Table {
 
     /// Prints the table to stdout.
     pub fn print(&self) {
-        println!("{}", self.render());
+        outln!("{}", self.render());
     }
 }
 
@@ -85,7 +86,7 @@ pub fn render_fields(fields: &[(&str, String)]) -> String {
 
 /// Prints labelled values to stdout.
 pub fn print_fields(fields: &[(&str, String)]) {
-    println!("{}", render_fields(fields));
+    outln!("{}", render_fields(fields));
 }
 
 /// A cell for an optional value: the value, or `-`.

@@ -17,6 +17,7 @@
 use crate::client::{ClientArgs, Session};
 use crate::failure::{rpc, Failure};
 use crate::manifest::read_manifest;
+use crate::out::outln;
 use crate::table::{effect_name, or_dash, Table};
 use clap::{Args, Subcommand};
 use fusebox_proto::v1 as pb;
@@ -173,7 +174,7 @@ async fn import(s: &Session, request: pb::ImportToolsRequest) -> anyhow::Result<
     let (ns, server) = (request.namespace.clone(), request.server.clone());
     let reply = rpc("tools import", s.tools().import(request)).await?;
     if s.json {
-        println!("{}", import_json(&ns, &server, &reply));
+        outln!("{}", import_json(&ns, &server, &reply));
     } else {
         print_import(&ns, &server, &reply);
     }
@@ -196,7 +197,7 @@ async fn import(s: &Session, request: pb::ImportToolsRequest) -> anyhow::Result<
 }
 
 fn print_import(ns: &str, server: &str, reply: &pb::ImportToolsResponse) {
-    println!(
+    outln!(
         "imported {} tools of server {server} into namespace {ns} (revision {})",
         reply.tools.len(),
         reply.revision
@@ -212,10 +213,10 @@ fn print_import(ns: &str, server: &str, reply: &pb::ImportToolsResponse) {
     }
     table.print();
     for t in reply.tools.iter().filter(|t| !t.problems.is_empty()) {
-        println!();
-        println!("{}:", t.tool);
+        outln!();
+        outln!("{}:", t.tool);
         for p in &t.problems {
-            println!("  {}", problem_line(p));
+            outln!("  {}", problem_line(p));
         }
     }
 }
@@ -272,7 +273,7 @@ async fn latency(
         let tools: Vec<Value> = reply.tools.iter().map(latency_json).collect();
         let out = json!({"namespace": ns, "revision": reply.revision,
                          "as_of_ms": reply.as_of_ms, "tools": tools});
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
     let mut table = Table::new(&[
@@ -348,10 +349,10 @@ async fn disclosure(
         let warnings: Vec<Value> = reply.warnings.iter().map(problem_json).collect();
         let out = json!({"server": server, "tool": tool, "window_ms": reply.window_ms,
                          "latency_disclosure": block, "warnings": warnings});
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
-    println!("{}", reply.block_json);
+    outln!("{}", reply.block_json);
     for w in &reply.warnings {
         eprintln!("{}", problem_line(w));
     }
