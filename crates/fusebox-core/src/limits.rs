@@ -35,6 +35,13 @@ pub const REPORTERS_TRACKED_MAX: usize = 64;
 pub const POLICY_VERSIONS_MAX: usize = 256;
 /// Largest policy document, in bytes.
 pub const POLICY_DOCUMENT_BYTES_MAX: usize = 256 * 1024;
+/// Deepest nesting of flow collections (`[`, `{`) a policy document may
+/// have; a real one nests a handful deep, and parsers slow down sharply
+/// with depth, so this is checked before parsing.
+pub const POLICY_NESTING_DEPTH_MAX: usize = 32;
+/// Widest indentation a policy document's lines may have, in columns: it
+/// bounds how deep YAML block collections can nest.
+pub const POLICY_INDENT_COLUMNS_MAX: usize = 128;
 /// Most per-server or per-tool overrides one policy may hold.
 pub const POLICY_OVERRIDES_MAX: usize = 4_096;
 /// Longest lease a ledger attempt or probe permit may ask for, in milliseconds.

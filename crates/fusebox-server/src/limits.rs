@@ -120,6 +120,9 @@ pub const RAFT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Deadline the gRPC server puts on every call it serves, in milliseconds:
 /// no request holds a connection's resources forever.
 pub const GRPC_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Longest a policy document may take to parse, in milliseconds; the
+/// parse runs on the blocking pool, and a document past this is refused.
+pub const POLICY_PARSE_TIMEOUT_MS: u64 = 2_000;
 /// How often the Raft metrics are copied into the Prometheus gauges and
 /// readiness, in milliseconds.
 pub const METRICS_REFRESH_PERIOD_MS: u64 = 500;

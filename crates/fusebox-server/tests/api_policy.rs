@@ -97,6 +97,34 @@ async fn an_invalid_document_lists_every_problem_and_stores_nothing() {
 }
 
 #[tokio::test]
+async fn a_deeply_nested_document_is_refused_before_it_is_parsed() {
+    let (_, node) = local().await;
+    let mut policy = node.policy;
+    within(policy.apply(apply(VALID_YAML, PolicyFormat::Yaml)))
+        .await
+        .unwrap();
+    // 200 KB nested 100,000 deep: the YAML parser alone spent 40 s on it.
+    let deep = format!("defaults: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let indented = format!("defaults:\n{}timeout_ms: 1\n", " ".repeat(200));
+    for (document, says) in [(deep, "nests collections"), (indented, "indented")] {
+        let refused = within(policy.apply(apply(&document, PolicyFormat::Yaml)))
+            .await
+            .unwrap_err();
+        assert_status(
+            &refused,
+            Code::InvalidArgument,
+            ErrorCode::PolicyInvalid,
+            says,
+        );
+    }
+    assert_eq!(
+        current(&mut policy).await.version,
+        1,
+        "the policy in force stays"
+    );
+}
+
+#[tokio::test]
 async fn reapply_is_unchanged_dry_runs_store_nothing_and_stale_versions_are_refused() {
     let (_, node) = local().await;
     let mut policy = node.policy;

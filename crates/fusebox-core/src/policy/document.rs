@@ -327,6 +327,13 @@ impl PolicyDocument {
                 ),
             }]));
         }
+        if let Some(rule) = super::nesting::nesting_problem(text) {
+            let problem = PolicyProblem {
+                field: "document".into(),
+                rule,
+            };
+            return Err(CoreError::InvalidPolicy(vec![problem]));
+        }
         let document = match format {
             PolicyFormat::Toml => parse_toml(text),
             PolicyFormat::Yaml => parse_yaml(text),

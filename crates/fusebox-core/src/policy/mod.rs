@@ -13,6 +13,7 @@
 mod document;
 mod document_diff;
 mod document_resolve;
+mod nesting;
 mod resolved;
 mod validate;
 

@@ -13,13 +13,15 @@ use super::convert::{actor, bounded, meta, namespace, number_token, page_limit, 
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
+use crate::limits::POLICY_PARSE_TIMEOUT_MS;
 use fusebox_core::limits::REASON_BYTES_MAX;
 use fusebox_core::machine::{Answer, Applied, Command, SharedStateMachine};
-use fusebox_core::policy::PolicyDocument;
+use fusebox_core::policy::{PolicyDocument, PolicyFormat};
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::policy_client::PolicyClient;
 use fusebox_proto::v1::policy_server::Policy;
+use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// The Policy service over a backend.
@@ -103,6 +105,23 @@ fn no_policy(ns: &Namespace) -> Status {
     )
 }
 
+/// Parses a document on the blocking pool within [`POLICY_PARSE_TIMEOUT_MS`]:
+/// a parser's time grows with what the caller sent, and the runtime's
+/// workers must keep serving Raft and every other request meanwhile.
+async fn parse_off_workers(text: String, format: PolicyFormat) -> Result<PolicyDocument, Status> {
+    let within = Duration::from_millis(POLICY_PARSE_TIMEOUT_MS);
+    let parse = fusebox_raft_store::blocking(move || Ok(PolicyDocument::parse(&text, format)));
+    match tokio::time::timeout(within, parse).await {
+        Err(_) => Err(status::invalid_argument(
+            "document",
+            "parse_time",
+            format!("took longer than {POLICY_PARSE_TIMEOUT_MS} ms to parse"),
+        )),
+        Ok(Err(e)) => Err(Status::internal(format!("policy parser failed: {e}"))),
+        Ok(Ok(parsed)) => parsed.map_err(|e| status::from_core(&e)),
+    }
+}
+
 #[tonic::async_trait]
 impl<B: Backend> Policy for PolicyService<B> {
     async fn apply(
@@ -115,8 +134,7 @@ impl<B: Backend> Policy for PolicyService<B> {
         let format = format_from_proto(req.format)?;
         let who = actor(&req.actor, req.meta.as_ref())?;
         bounded("reason", &req.reason, REASON_BYTES_MAX)?;
-        let document =
-            PolicyDocument::parse(&req.document, format).map_err(|e| status::from_core(&e))?;
+        let document = parse_off_workers(req.document.clone(), format).await?;
         let current = self.current(&ns).await?;
         if let Some(expected) = req.expected_version {
             if expected != current.version {
