@@ -19,6 +19,8 @@
 //! - **Probes.** A probe permit is granted only while fewer than the policy's
 //!   `concurrent_probes` are out, fleet-wide. Lowering the bound revokes
 //!   nothing (holders are mid-call); it stops grants until the count is below.
+//!   A server's permit and its tools' permits exclude each other (a server's
+//!   probe is a call on one of its tools), so no tool sees two probes at once.
 //! - **At most one started.** A ledger key answers `started` to a second
 //!   attempt only after an explicit release (a failure before execution, an
 //!   operator's "not done") or, for idempotent writes only, a lease expiry. A

@@ -183,6 +183,19 @@ impl Breaker {
         }
     }
 
+    /// When the last permit still out at `now` lapses, if any is (a permit
+    /// whose lease lapsed but that no command has reaped yet is not out).
+    pub fn permits_out_until(&self, now: Timestamp) -> Option<Timestamp> {
+        match &self.phase {
+            Phase::HalfOpen { permits, .. } => permits
+                .values()
+                .map(|p| p.expires)
+                .filter(|expires| *expires > now)
+                .max(),
+            _ => None,
+        }
+    }
+
     /// When the open period ends, if open.
     pub fn open_until(&self) -> Option<Timestamp> {
         match (&self.mode, &self.phase) {

@@ -6,7 +6,7 @@ use super::answer::Answer;
 use super::command::OperatorAction;
 use super::state_machine::StateMachine;
 use super::watch_event::WatchEvent;
-use crate::breaker::{Breaker, BreakerKey, BreakerView};
+use crate::breaker::{Breaker, BreakerKey, BreakerState, BreakerView, ProbeAnswer};
 use crate::error::CoreError;
 use crate::ledger::LedgerStore;
 use crate::limits::BREAKERS_PER_NAMESPACE_MAX;
@@ -23,9 +23,39 @@ impl<L: LedgerStore> StateMachine<L> {
         now: Timestamp,
         events: &mut Vec<WatchEvent>,
     ) -> Result<Answer, CoreError> {
+        if let Some(until) = self.probed_beside(key, now) {
+            let answer = ProbeAnswer::Denied {
+                state: BreakerState::HalfOpen,
+                retry_after_ms: Some(until.millis_since(now)),
+            };
+            return Ok(Answer::Probe(answer));
+        }
         let policy = self.breaker_policy(key);
         let answer = self.with_breaker(key, events, |b| b.acquire_probe(&policy, now, replica))?;
         Ok(Answer::Probe(answer))
+    }
+
+    /// When a probe permit on the other scope of `key`'s tool lapses, if
+    /// one is out: a server's permit for a tool's key, or a permit on any of
+    /// the server's tools for a server's key. A server's probe is a call on
+    /// one of its tools, so the two scopes' permits would let two probes
+    /// reach one tool at once; while one is out the other waits.
+    fn probed_beside(&self, key: &BreakerKey, now: Timestamp) -> Option<Timestamp> {
+        if key.is_server() {
+            let server = key.server_key();
+            self.fleet
+                .breakers
+                .range(server.clone()..)
+                .take_while(|(k, _)| k.namespace == server.namespace && k.server == server.server)
+                .filter(|(k, _)| !k.is_server())
+                .filter_map(|(_, b)| b.permits_out_until(now))
+                .max()
+        } else {
+            self.fleet
+                .breakers
+                .get(&key.server_key())
+                .and_then(|b| b.permits_out_until(now))
+        }
     }
 
     pub(super) fn release_probe(
