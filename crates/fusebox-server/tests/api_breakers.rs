@@ -175,12 +175,17 @@ async fn a_half_open_breaker_grants_one_probe_to_sixteen_callers() {
         _ => true,
     }));
 
+    // A server's probe is a call on one of its tools: it waits while the
+    // tool's permit is out.
     let server = within(breakers.acquire_probe(acquire(server_key(), "r0")))
         .await
         .unwrap();
     assert!(
-        matches!(server.into_inner().result, Some(Probe::Granted(_))),
-        "the server breaker has its own permit"
+        matches!(
+            server.into_inner().result,
+            Some(Probe::Denied(d)) if d.reason == ProbeDenialReason::ProbesInFlight as i32
+        ),
+        "the server's probe waits for the tool's"
     );
 
     let released = within(breakers.release_probe(ReleaseProbeRequest {
@@ -197,6 +202,14 @@ async fn a_half_open_breaker_grants_one_probe_to_sixteen_callers() {
     .into_inner();
     assert!(released.accepted);
     assert_eq!(released.breaker.unwrap().probe_successes, 1);
+
+    let server = within(breakers.acquire_probe(acquire(server_key(), "r0")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(server.into_inner().result, Some(Probe::Granted(_))),
+        "the server breaker has its own permit once the tool's is back"
+    );
 }
 
 #[tokio::test]
