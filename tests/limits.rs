@@ -145,3 +145,19 @@ async fn a_closed_stdout_ends_a_command_quietly() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_at_its_documented_bounds_is_imported_through_a_follower() {
+    let cluster = TestCluster::start(3);
+    let leader = cluster.wait_leader(&[1, 2, 3], SETTLE).await;
+    let follower = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    // 512 tools (TOOLS_PER_SERVER_MAX), each with a 16 KiB block
+    // (DISCLOSURE_BLOCK_BYTES_MAX): over tonic's default 4 MiB message.
+    let request = heavy_import("full-vendor", 512, 16 * 1024);
+    let mut tools = ToolsClient::new(channel_to(&cluster.nodes[&follower].addr));
+    let reply = tokio::time::timeout(Duration::from_secs(60), tools.import(request))
+        .await
+        .expect("import answered in time")
+        .expect("a manifest within every documented bound is taken");
+    assert_eq!(reply.into_inner().tools.len(), 512);
+}

@@ -120,6 +120,11 @@ pub const RAFT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Deadline the gRPC server puts on every call it serves, in milliseconds:
 /// no request holds a connection's resources forever.
 pub const GRPC_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Largest request the Tools service decodes, in bytes: a whole manifest at
+/// its documented bounds (512 tools with 16 KiB disclosure blocks, about
+/// 8.2 MiB) with room for names and hints. Other services keep tonic's
+/// 4 MiB. The entry it makes stays under [`ENTRY_BYTES_MAX`].
+pub const IMPORT_MESSAGE_BYTES_MAX: usize = 10 * 1024 * 1024;
 /// Longest a policy document may take to parse, in milliseconds; the
 /// parse runs on the blocking pool, and a document past this is refused.
 pub const POLICY_PARSE_TIMEOUT_MS: u64 = 2_000;

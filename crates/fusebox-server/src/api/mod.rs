@@ -62,6 +62,7 @@ pub use ledger::LedgerService;
 pub use policy::PolicyService;
 pub use tools::ToolsService;
 
+use crate::limits::IMPORT_MESSAGE_BYTES_MAX;
 use fusebox_proto::v1::breakers_server::BreakersServer;
 use fusebox_proto::v1::ledger_server::LedgerServer;
 use fusebox_proto::v1::policy_server::PolicyServer;
@@ -91,7 +92,8 @@ impl<B: crate::backend::Backend> Services<B> {
             breakers: BreakersServer::new(BreakersService::new(gateway.clone())),
             ledger: LedgerServer::new(LedgerService::new(gateway.clone())),
             policy: PolicyServer::new(PolicyService::new(gateway.clone())),
-            tools: ToolsServer::new(ToolsService::new(gateway)),
+            tools: ToolsServer::new(ToolsService::new(gateway))
+                .max_decoding_message_size(IMPORT_MESSAGE_BYTES_MAX),
         }
     }
 }
