@@ -37,15 +37,16 @@ pub fn key_from_proto(
         core.tool = Some(name("key.tool", tool, ToolName::new)?);
     }
     if let Some(backend) = &key.backend {
-        if core.tool.is_none() {
-            return Err(status::invalid_argument(
-                "key.backend",
-                "needs_tool",
-                "a backend narrows a tool breaker; set key.tool too",
-            ));
-        }
         core.backend = Some(name("key.backend", backend, BackendName::new)?);
     }
+    // The rule is the core's (`BreakerKey::check`); the wire names it.
+    core.check().map_err(|_| {
+        status::invalid_argument(
+            "key.backend",
+            "needs_tool",
+            "a backend narrows a tool breaker; set key.tool too",
+        )
+    })?;
     Ok(core)
 }
 
