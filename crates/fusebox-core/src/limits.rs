@@ -46,6 +46,13 @@ pub const POLICY_INDENT_COLUMNS_MAX: usize = 128;
 pub const POLICY_OVERRIDES_MAX: usize = 4_096;
 /// Longest lease a ledger attempt or probe permit may ask for, in milliseconds.
 pub const LEASE_MS_MAX: u64 = 10 * 60 * 1000;
+/// Furthest one log entry may move the state clock ahead, in milliseconds
+/// (see `machine/clock.rs`): a stamp far ahead of the state is followed a
+/// step at a time, never at once.
+pub const CLOCK_STEP_MS_MAX: u64 = 60_000;
+/// How many times as far as its entries' stamps moved the state clock may
+/// move: a stamp that jumped ahead is caught up on at ten times real time.
+pub const CLOCK_CATCH_UP_RATE: u64 = 10;
 /// Longest an operator may force a breaker open for, in milliseconds (30 days).
 pub const FORCE_OPEN_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
 /// Most expired timers one `Tick` command processes; the rest wait for the next.

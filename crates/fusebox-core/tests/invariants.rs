@@ -27,7 +27,9 @@
 //! 6. **determinism**: replaying the commands on a fresh machine gives the
 //!    same answers, events and digest;
 //! 7. **refusals**: a rejected command changes nothing but the clock; a tick
-//!    repeated at the same time fires nothing.
+//!    repeated at the same time fires nothing;
+//! 8. **the clock** never goes back, never passes an entry's stamp, moves at
+//!    most one step per entry and follows stamps at a normal pace exactly.
 //!
 //! Each checker is a plain function returning `Result<(), String>`; the
 //! `checker_catches_*` tests feed them deliberately broken histories to show
@@ -43,7 +45,7 @@ use fusebox_core::ledger::{
     BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion, Decision, LedgerStore,
     Record, ResolveAnswer, ResolveRequest, Status,
 };
-use fusebox_core::limits::LEASE_MS_MAX;
+use fusebox_core::limits::{CLOCK_CATCH_UP_RATE, CLOCK_STEP_MS_MAX, LEASE_MS_MAX};
 use fusebox_core::machine::{
     Answer, Applied, Command, OperatorAction, OutcomeReport, StateMachine, WatchEvent,
 };
@@ -471,7 +473,14 @@ fn admin_op(documents: usize) -> impl Strategy<Value = Op> {
 
 fn step(documents: usize) -> impl Strategy<Value = Step> {
     let op = prop_oneof![16 => breaker_op(), 11 => ledger_op(), 6 => admin_op(documents)];
-    let advance = prop_oneof![1 => Just(0u64), 4 => 0u64..5_000, 3 => 0u64..40_000];
+    // Now and then a stamp jumps hours or days ahead (a leader's clock
+    // stepped, a forged entry): the clock must pace it.
+    let advance = prop_oneof![
+        10 => Just(0u64),
+        40 => 0u64..5_000,
+        30 => 0u64..40_000,
+        1 => 3_600_000u64..400 * 86_400_000,
+    ];
     let lag = prop_oneof![9 => Just(0u64), 1 => 0u64..5_000];
     (op, advance, lag, prop::bool::weighted(0.05)).prop_map(
         |(op, advance_ms, lag_ms, checkpoint)| Step {
@@ -905,14 +914,46 @@ fn check_rejected_left_state(
 
 /// Invariant 7b: a tick repeated at the same time fires no timer and changes
 /// nothing (the deadline indexes hold exactly what is due).
-fn check_tick_idempotent(sm: &StateMachine) -> Result<(), String> {
+fn check_tick_idempotent(sm: &StateMachine, at: Timestamp) -> Result<(), String> {
     let mut again = sm.clone();
-    let applied = again.apply(&Command::Tick, sm.now());
+    let applied = again.apply(&Command::Tick, at);
     let quiet = applied.answer == Answer::Ticked { timers: 0 } && applied.events.is_empty();
     if !quiet || again != *sm {
-        return Err(format!("a second tick at {} did {applied:?}", sm.now()));
+        return Err(format!("a second tick at {at} did {applied:?}"));
     }
     Ok(())
+}
+
+/// Invariant 8: the state clock never goes back, never passes the entry's
+/// stamp, moves at most one step per entry, and follows a stamp that moved
+/// at a normal pace exactly (`clock.rs`).
+fn check_clock(
+    before: Timestamp,
+    last_stamp: Option<Timestamp>,
+    stamp: Timestamp,
+    after: Timestamp,
+) -> Result<(), String> {
+    let moved = after.millis_since(before);
+    let wrong = if after < before {
+        Some("went back")
+    } else if after > before.max(stamp) {
+        Some("passed the stamp")
+    } else if before != Timestamp::ZERO && moved > CLOCK_STEP_MS_MAX {
+        Some("moved more than one step")
+    } else {
+        let ahead = stamp.millis_since(before);
+        let paced = last_stamp.is_none_or(|last| {
+            ahead <= CLOCK_STEP_MS_MAX
+                && ahead <= stamp.millis_since(last).saturating_mul(CLOCK_CATCH_UP_RATE)
+        });
+        (paced && after != before.max(stamp)).then_some("held back a stamp at a normal pace")
+    };
+    match wrong {
+        Some(what) => Err(format!(
+            "the clock {what}: {before} -> {after} for an entry stamped {stamp}"
+        )),
+        None => Ok(()),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -931,6 +972,7 @@ struct Stats {
     purges: usize,
     rejected: usize,
     restores: usize,
+    clock_jumps: usize,
 }
 
 impl Stats {
@@ -944,6 +986,7 @@ impl Stats {
         self.purges += o.purges;
         self.rejected += o.rejected;
         self.restores += o.restores;
+        self.clock_jumps += o.clock_jumps;
     }
 }
 
@@ -1174,12 +1217,10 @@ impl<'a> Run<'a> {
         let command = self.command(&step.op);
         let before = self.sm.clone();
         let applied = self.sm.apply(&command, at);
-        if self.sm.now() != before.now().max(at) {
-            return Err(format!(
-                "clock went from {} to {}",
-                before.now(),
-                self.sm.now()
-            ));
+        let last_stamp = self.trace.last().map(|(_, at)| *at);
+        check_clock(before.now(), last_stamp, at, self.sm.now())?;
+        if self.sm.clock().clamps() > before.clock().clamps() {
+            self.stats.clock_jumps += 1;
         }
         if matches!(applied.answer, Answer::Rejected(_)) {
             self.stats.rejected += 1;
@@ -1189,7 +1230,7 @@ impl<'a> Run<'a> {
         self.check_ledger(&command, &applied.answer)?;
         self.note_probe(&command, &applied.answer);
         if matches!(command, Command::Tick) {
-            check_tick_idempotent(&self.sm)?;
+            check_tick_idempotent(&self.sm, at)?;
         }
         if step.checkpoint {
             self.sm = check_snapshot_round_trip(&self.sm)?;
@@ -1467,6 +1508,7 @@ fn the_generator_reaches_the_interesting_states() {
     assert!(total.purges > 0, "{total:?}");
     assert!(total.rejected > 0, "{total:?}");
     assert!(total.restores > 0, "{total:?}");
+    assert!(total.clock_jumps > 0, "{total:?}");
 }
 
 // ---------------------------------------------------------------------------
@@ -1527,6 +1569,23 @@ fn checker_catches_more_live_permits_than_the_bound() {
     };
     let err = check_probe_bound(&[over]).unwrap_err();
     assert!(err.contains("4 live probe permits"), "{err}");
+}
+
+#[test]
+fn checker_catches_a_clock_that_jumps_lags_or_goes_back() {
+    let (t, ms) = (Timestamp(1_000_000), |n: u64| Timestamp(1_000_000 + n));
+    assert_eq!(check_clock(t, Some(t), ms(1_000), ms(1_000)), Ok(()));
+    // A stamp a day ahead moves the clock one step, not a day.
+    let day = ms(86_400_000);
+    assert_eq!(check_clock(t, Some(t), day, ms(CLOCK_STEP_MS_MAX)), Ok(()));
+    let err = check_clock(t, Some(t), day, day).unwrap_err();
+    assert!(err.contains("more than one step"), "{err}");
+    let err = check_clock(t, Some(t), ms(1_000), ms(500)).unwrap_err();
+    assert!(err.contains("held back"), "{err}");
+    let err = check_clock(t, Some(t), ms(1_000), ms(2_000)).unwrap_err();
+    assert!(err.contains("passed the stamp"), "{err}");
+    let err = check_clock(t, Some(t), Timestamp(5), Timestamp(5)).unwrap_err();
+    assert!(err.contains("went back"), "{err}");
 }
 
 #[test]

@@ -57,6 +57,12 @@ pub struct Metrics {
     pub report_batch_size: Histogram,
     /// Time from proposing a write to its answer, in seconds.
     pub write_latency_seconds: Histogram,
+    /// Entries whose stamp jumped further ahead than the state clock may
+    /// move at once (a leader's clock stepped, or a forged entry).
+    pub clock_jumps: Gauge,
+    /// How far the last entry's stamp is ahead of the state clock, in ms
+    /// (non-zero while the clock catches up on a jump at a bounded pace).
+    pub clock_behind_stamp_ms: Gauge,
     ready: AtomicBool,
 }
 
@@ -82,6 +88,8 @@ impl Metrics {
             apply_latency_seconds: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             report_batch_size: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
             write_latency_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            clock_jumps: Gauge::default(),
+            clock_behind_stamp_ms: Gauge::default(),
             ready: AtomicBool::new(false),
         };
         let r = &mut m.registry;
@@ -117,6 +125,16 @@ impl Metrics {
             m.probe_grants.clone(),
         );
         r.register("rejects", "Requests refused, by reason", m.rejects.clone());
+        r.register(
+            "clock_jumps",
+            "Entry stamps that jumped further ahead than the state clock may move at once",
+            m.clock_jumps.clone(),
+        );
+        r.register(
+            "clock_behind_stamp_ms",
+            "How far the last entry stamp is ahead of the state clock (ms)",
+            m.clock_behind_stamp_ms.clone(),
+        );
         r.register(
             "apply_latency_seconds",
             "Time to apply one log entry",

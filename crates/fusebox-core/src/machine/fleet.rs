@@ -2,6 +2,7 @@
 //! alone changes in it (`Tick`).
 
 use super::answer::Answer;
+use super::clock::StateClock;
 use super::namespace::NamespaceState;
 use super::state_machine::StateMachine;
 use super::watch_event::WatchEvent;
@@ -28,7 +29,7 @@ pub struct Fleet {
     pub(super) breakers_per_namespace: BTreeMap<Namespace, usize>,
     pub(super) breaker_deadlines: BTreeSet<(Timestamp, BreakerKey)>,
     pub(super) revision: u64,
-    pub(super) now: Timestamp,
+    pub(super) clock: StateClock,
     pub(super) tools: ToolRegistry,
 }
 

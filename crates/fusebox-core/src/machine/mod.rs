@@ -11,13 +11,14 @@
 //! (`breakers`, `outcomes`, `ledger`, `policy`, `tools`, and `fleet` for
 //! what time alone changes).
 //!
-//! Determinism: entry times are clamped so time never goes back (a new
-//! leader's clock may lag), every collection is ordered, and nothing reads a
+//! Determinism: entry stamps move the state's clock only forward and at a
+//! bounded pace (`clock.rs`), every collection is ordered, and nothing reads a
 //! clock or a random source. Refused commands change nothing and answer
 //! [`Answer::Rejected`] on every replica alike.
 
 mod answer;
 mod breakers;
+mod clock;
 mod command;
 mod fleet;
 mod ledger;
@@ -33,6 +34,7 @@ mod watch_event;
 mod tests;
 
 pub use answer::{Answer, Applied, ReportSummary};
+pub use clock::StateClock;
 pub use command::{Command, OperatorAction, OutcomeReport, Report};
 pub use fleet::Fleet;
 pub use namespace::{KillSwitch, NamespaceState, PolicyVersion};

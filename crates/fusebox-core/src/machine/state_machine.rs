@@ -2,6 +2,7 @@
 //! table of contents that hands each command to its family's handler.
 
 use super::answer::{Answer, Applied};
+use super::clock::StateClock;
 use super::command::Command;
 use super::fleet::{breaker_policy_in, min_server, Fleet};
 use super::namespace::NamespaceState;
@@ -71,9 +72,15 @@ impl<L: LedgerStore> StateMachine<L> {
         self.fleet.revision
     }
 
-    /// The latest entry time applied (entry times are clamped to never go back).
+    /// The state's clock: the latest instant entries moved it to (it never
+    /// goes back and follows a jumping stamp at a bounded pace).
     pub fn now(&self) -> Timestamp {
-        self.fleet.now
+        self.fleet.clock.now()
+    }
+
+    /// The state's clock, with how often it held an entry's stamp back.
+    pub fn clock(&self) -> &StateClock {
+        &self.fleet.clock
     }
 
     /// A namespace's settings, if it exists.
@@ -139,9 +146,9 @@ impl<L: LedgerStore> StateMachine<L> {
     /// breaks a rule ([`Command::validate`]) or meets a full bound is
     /// refused and changes nothing.
     pub fn apply(&mut self, command: &Command, entry_time: Timestamp) -> Applied {
-        // A new leader's clock may lag the old one's: time never goes back.
-        self.fleet.now = self.fleet.now.max(entry_time);
-        let now = self.fleet.now;
+        // Time never goes back, and a stamp far ahead is followed at a
+        // bounded pace (`clock.rs`).
+        let now = self.fleet.clock.follow(entry_time);
         let mut events = Vec::new();
         let answer = match command
             .validate()

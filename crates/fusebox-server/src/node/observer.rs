@@ -16,11 +16,34 @@ pub struct Observer {
     pub metrics: Arc<Metrics>,
 }
 
+impl Observer {
+    /// Logs each entry whose stamp jumped ahead of the state clock (it is
+    /// followed at a bounded pace: `fusebox_core::machine::StateClock`) and
+    /// exports how far behind the stamps the clock is. An installed snapshot
+    /// brings its count along unlogged: the jumps were logged where applied.
+    fn watch_clock(&self, state: &SharedStateMachine, installed: bool) {
+        let clock = state.clock();
+        let jumps = i64::try_from(clock.clamps()).unwrap_or(i64::MAX);
+        let behind = i64::try_from(clock.behind_stamp_ms()).unwrap_or(i64::MAX);
+        let before = self.metrics.clock_jumps.set(jumps);
+        self.metrics.clock_behind_stamp_ms.set(behind);
+        if jumps > before && !installed {
+            tracing::warn!(
+                state_clock_ms = clock.now().as_millis(),
+                behind_stamp_ms = clock.behind_stamp_ms(),
+                jumps = clock.clamps(),
+                "an entry's stamp jumped ahead of the state clock; the clock follows it at a bounded pace (is a leader's clock wrong?)"
+            );
+        }
+    }
+}
+
 impl ApplyObserver for Observer {
-    fn applied(&self, _state: &SharedStateMachine, events: &[WatchEvent], took: Duration) {
+    fn applied(&self, state: &SharedStateMachine, events: &[WatchEvent], took: Duration) {
         self.metrics
             .apply_latency_seconds
             .observe(took.as_secs_f64());
+        self.watch_clock(state, false);
         for event in events {
             if let WatchEvent::Breaker { view, .. } = event {
                 Metrics::count(&self.metrics.breaker_transitions, view.state.as_str());
@@ -29,7 +52,8 @@ impl ApplyObserver for Observer {
         self.hub.publish(events);
     }
 
-    fn installed(&self, _state: &SharedStateMachine) {
+    fn installed(&self, state: &SharedStateMachine) {
+        self.watch_clock(state, true);
         // Revisions may jump past what the hub remembers: watchers resync.
         self.hub.reset();
     }

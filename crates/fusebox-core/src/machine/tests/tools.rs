@@ -265,8 +265,10 @@ fn a_tool_slower_than_disclosed_is_penalized_and_cleared_as_time_passes() {
     // Still slow: no new event, the flag did not change.
     assert!(tool_events(&sm.apply(&report("search", 2_000, 10), now())).is_empty());
     // The window passes: a tick clears the penalty and says so.
-    let later = now().plus_ms(OBSERVED_WINDOW_MS_DEFAULT + 1);
-    let ticked = sm.apply(&Command::Tick, later);
+    let almost = now().plus_ms(OBSERVED_WINDOW_MS_DEFAULT - 1_000);
+    super::pass_time(&mut sm, now(), almost);
+    assert!(sm.tools().tool(&id("search")).unwrap().penalized);
+    let ticked = sm.apply(&Command::Tick, almost.plus_ms(1_001));
     assert_eq!(tool_events(&ticked), ["search"]);
     assert!(!sm.tools().tool(&id("search")).unwrap().penalized);
 }
