@@ -70,8 +70,19 @@ async fn assert_all_present_and_never_restarted(cluster: &TestCluster, via: u64,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_survive_the_leader_being_killed() {
+    survive_the_leader_being_killed(TestCluster::start(3)).await;
+}
+
+/// The same with TLS for clients and mutual TLS between members, each on a
+/// peer listener of its own: forwarding, replication, election and
+/// catch-up all go through the certificates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_tls_nodes_survive_the_leader_being_killed() {
+    survive_the_leader_being_killed(TestCluster::start_tls(3)).await;
+}
+
+async fn survive_the_leader_being_killed(mut cluster: TestCluster) {
     // Phase 1: form a cluster of three processes.
-    let mut cluster = TestCluster::start(3);
     let leader = cluster
         .wait_leader(&[1, 2, 3], Duration::from_secs(30))
         .await;

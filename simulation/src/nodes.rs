@@ -55,6 +55,12 @@ fn config(id: u64, nodes: u64, data: &Path) -> NodeConfig {
         cluster_id: "sim".into(),
         join: false,
         timing: timing(),
+        peer_listen: None,
+        tls: None,
+        peer_tls: None,
+        // A simulated network of its own: plaintext, as TLS's randomness
+        // (ring draws from the OS) would make runs unrepeatable.
+        insecure: true,
     }
 }
 

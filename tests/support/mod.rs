@@ -7,6 +7,11 @@
 //! file (`fusebox serve --config FILE`) holding its whole configuration, so
 //! Raft timing and log compaction can be tuned per test.
 //!
+//! A cluster started with [`TestCluster::start_tls`] runs with TLS on
+//! both sides: certificates from `fusebox certs dev`, a peer listener per
+//! node with mutual TLS, and every channel the harness opens speaks TLS
+//! with the client certificate.
+//!
 //! Every wait takes a deadline and panics with what it was waiting for when
 //! the deadline passes; every gRPC call has a timeout.
 
@@ -14,6 +19,8 @@
 
 pub mod ledger;
 
+use fusebox_proto::net::Net;
+use fusebox_proto::tls::{ClientTlsFiles, TlsConnector};
 use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::{
@@ -43,8 +50,20 @@ pub fn free_port() -> u16 {
 pub struct TestNode {
     pub id: u64,
     pub addr: String,
+    /// Its peer listener (TLS clusters only).
+    pub peer_addr: Option<String>,
     pub data: PathBuf,
     child: Option<Child>,
+}
+
+impl TestNode {
+    /// How the node is named in `--peers`: `API` or `API@PEER`.
+    fn member(&self) -> String {
+        match &self.peer_addr {
+            Some(peer) => format!("{}@{peer}", self.addr),
+            None => self.addr.clone(),
+        }
+    }
 }
 
 /// Real processes forming one cluster.
@@ -53,7 +72,36 @@ pub struct TestCluster {
     peers: String,
     /// Timing written to each node's config file; `None`: flags only.
     timing: Option<Timing>,
+    /// The certificates' directory, for a TLS cluster.
+    pub certs: Option<PathBuf>,
     dir: tempfile::TempDir,
+}
+
+/// Node certificates `start_tls` writes beyond the initial members, for
+/// nodes that join later.
+const SPARE_NODE_CERTS: u64 = 2;
+
+/// Writes a development CA and certificates for `nodes` nodes into `dir`.
+pub fn dev_certs(dir: &std::path::Path, nodes: u64) {
+    let status = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(["certs", "dev", "--nodes", &nodes.to_string(), "--out"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run fusebox certs dev");
+    assert!(status.success(), "fusebox certs dev failed");
+}
+
+/// A TLS connector trusting `certs`'s CA, presenting its client
+/// certificate.
+pub fn client_tls(certs: &std::path::Path) -> TlsConnector {
+    TlsConnector::load(ClientTlsFiles {
+        ca: certs.join("ca.pem"),
+        cert: Some(certs.join("client.pem")),
+        key: Some(certs.join("client-key.pem")),
+        server_name: None,
+    })
+    .expect("load the client's TLS files")
 }
 
 impl TestCluster {
@@ -68,43 +116,75 @@ impl TestCluster {
         TestCluster::launch(n, Some(timing))
     }
 
+    /// Starts `n` nodes with TLS for clients and mutual TLS between
+    /// members, each on a peer listener of its own.
+    pub fn start_tls(n: u64) -> TestCluster {
+        TestCluster::launch_with(n, None, true)
+    }
+
     fn launch(n: u64, timing: Option<Timing>) -> TestCluster {
+        TestCluster::launch_with(n, timing, false)
+    }
+
+    fn launch_with(n: u64, timing: Option<Timing>, tls: bool) -> TestCluster {
+        assert!(
+            !(tls && timing.is_some()),
+            "TLS clusters are configured by flags"
+        );
         let dir = tempfile::tempdir().expect("temp dir");
-        let addrs: BTreeMap<u64, String> = (1..=n)
-            .map(|id| (id, format!("127.0.0.1:{}", free_port())))
-            .collect();
-        let peers = addrs
-            .iter()
-            .map(|(id, a)| format!("{id}={a}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let certs = tls.then(|| {
+            let certs = dir.path().join("certs");
+            dev_certs(&certs, n + SPARE_NODE_CERTS);
+            certs
+        });
         let mut cluster = TestCluster {
             nodes: BTreeMap::new(),
-            peers,
+            peers: String::new(),
             timing,
+            certs,
             dir,
         };
-        for (id, addr) in addrs {
-            let data = cluster.dir.path().join(format!("node-{id}"));
-            cluster.nodes.insert(
-                id,
-                TestNode {
-                    id,
-                    addr,
-                    data,
-                    child: None,
-                },
-            );
+        for id in 1..=n {
+            cluster.insert_node(id);
+        }
+        cluster.peers = cluster
+            .nodes
+            .values()
+            .map(|node| format!("{}={}", node.id, node.member()))
+            .collect::<Vec<_>>()
+            .join(",");
+        for id in 1..=n {
             cluster.spawn(id, false);
         }
         cluster
+    }
+
+    /// Gives node `id` fresh addresses and a data directory.
+    fn insert_node(&mut self, id: u64) -> String {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let peer_addr = self
+            .certs
+            .is_some()
+            .then(|| format!("127.0.0.1:{}", free_port()));
+        let data = self.dir.path().join(format!("node-{id}"));
+        self.nodes.insert(
+            id,
+            TestNode {
+                id,
+                addr: addr.clone(),
+                peer_addr,
+                data,
+                child: None,
+            },
+        );
+        addr
     }
 
     /// (Re)starts node `id`'s process on its address and data directory.
     pub fn spawn(&mut self, id: u64, join: bool) {
         let config = self.timing.as_ref().map(|t| self.write_config(id, join, t));
         let peers = self.peers.clone();
-        let node = self.nodes.get_mut(&id).expect("known node");
+        let node = self.nodes.get(&id).expect("known node");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fusebox"));
         cmd.arg("serve");
         match config {
@@ -120,10 +200,27 @@ impl TestCluster {
                 }
             }
         }
+        if let (Some(certs), Some(peer)) = (&self.certs, &node.peer_addr) {
+            let file = |name: String| certs.join(name);
+            cmd.args(["--peer-listen", peer])
+                .arg("--tls-cert")
+                .arg(file(format!("node-{id}.pem")))
+                .arg("--tls-key")
+                .arg(file(format!("node-{id}-key.pem")))
+                .arg("--tls-ca")
+                .arg(file("ca.pem".into()))
+                .arg("--peer-cert")
+                .arg(file(format!("node-{id}.pem")))
+                .arg("--peer-key")
+                .arg(file(format!("node-{id}-key.pem")))
+                .arg("--peer-ca")
+                .arg(file("ca.pem".into()));
+        }
         cmd.env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        node.child = Some(cmd.spawn().expect("spawn fusebox serve"));
+        let child = cmd.spawn().expect("spawn fusebox serve");
+        self.nodes.get_mut(&id).expect("known node").child = Some(child);
     }
 
     /// Writes node `id`'s whole configuration as TOML; returns the file.
@@ -156,17 +253,7 @@ impl TestCluster {
 
     /// Adds a node that joins (is not part of the initial peers).
     pub fn add_joiner(&mut self, id: u64) -> String {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let data = self.dir.path().join(format!("node-{id}"));
-        self.nodes.insert(
-            id,
-            TestNode {
-                id,
-                addr: addr.clone(),
-                data,
-                child: None,
-            },
-        );
+        let addr = self.insert_node(id);
         self.spawn(id, true);
         addr
     }
@@ -195,7 +282,18 @@ impl TestCluster {
 
     /// A gRPC channel to node `id`.
     pub async fn channel(&self, id: u64) -> Channel {
-        channel_to(&self.nodes[&id].addr)
+        self.channel_with(&self.nodes[&id].addr, Duration::from_secs(10))
+    }
+
+    /// A lazily connected channel to `addr` with `deadline` per call, over
+    /// TLS in a TLS cluster.
+    pub fn channel_with(&self, addr: &str, deadline: Duration) -> Channel {
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(deadline);
+        let tls = self.certs.as_deref().map(client_tls);
+        Net::Tcp.channel_tls(endpoint, tls.as_ref())
     }
 
     /// A ledger client to node `id`.
@@ -313,6 +411,7 @@ impl TestCluster {
         let request = AddMemberRequest {
             id,
             address: self.nodes[&id].addr.clone(),
+            peer_address: self.nodes[&id].peer_addr.clone().unwrap_or_default(),
             ..Default::default()
         };
         let mut client = ClusterClient::new(self.membership_channel(via));
@@ -340,11 +439,7 @@ impl TestCluster {
     }
 
     fn membership_channel(&self, via: u64) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.nodes[&via].addr))
-            .expect("endpoint")
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(MEMBERSHIP_CALL_TIMEOUT)
-            .connect_lazy()
+        self.channel_with(&self.nodes[&via].addr, MEMBERSHIP_CALL_TIMEOUT)
     }
 }
 

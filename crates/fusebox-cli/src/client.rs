@@ -12,12 +12,15 @@ use crate::limits::{
 };
 use clap::Args;
 use fusebox_core::limits::ID_BYTES_MAX;
+use fusebox_proto::net::Net;
+use fusebox_proto::tls::{ClientTlsFiles, TlsConnector};
 use fusebox_proto::v1::breakers_client::BreakersClient;
 use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::policy_client::PolicyClient;
 use fusebox_proto::v1::tools_client::ToolsClient;
 use fusebox_proto::v1::{RequestMeta, StatusRequest};
+use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -41,11 +44,44 @@ pub struct ClientArgs {
     /// Who is acting, recorded with every change (default: $USER).
     #[arg(long, global = true, env = "FUSEBOX_ACTOR")]
     pub actor: Option<String>,
+    /// Speak TLS, trusting this CA for the nodes' certificates (PEM).
+    #[arg(long, global = true, env = "FUSEBOX_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate to present (PEM), with --tls-key.
+    #[arg(long, global = true, env = "FUSEBOX_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, global = true, env = "FUSEBOX_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The name the nodes' certificates must carry, if not the host dialed.
+    #[arg(
+        long,
+        global = true,
+        env = "FUSEBOX_TLS_SERVER_NAME",
+        requires = "tls_ca"
+    )]
+    pub tls_server_name: Option<String>,
 }
 
 impl ClientArgs {
+    /// The TLS to speak, if a CA was given.
+    fn tls(&self) -> anyhow::Result<Option<TlsConnector>> {
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
+        };
+        let files = ClientTlsFiles {
+            ca: ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            server_name: self.tls_server_name.clone(),
+        };
+        let tls = TlsConnector::load(files).map_err(|e| Failure::bad_input(format!("TLS: {e}")))?;
+        Ok(Some(tls))
+    }
+
     /// Connects to the first endpoint that answers.
     pub async fn connect(&self) -> anyhow::Result<Channel> {
+        let tls = self.tls()?;
         let mut last = None;
         let addrs = self
             .endpoints
@@ -56,7 +92,10 @@ impl ClientArgs {
         for addr in addrs {
             let endpoint = Endpoint::from_shared(format!("http://{addr}"))
                 .map_err(|e| Failure::bad_input(format!("endpoint {addr:?}: {e}")))?;
-            match with_timeouts(endpoint).connect().await {
+            match Net::Tcp
+                .connect_tls(with_timeouts(endpoint), tls.as_ref())
+                .await
+            {
                 Ok(channel) => return Ok(channel),
                 Err(e) => last = Some(format!("{addr}: {:#}", anyhow::Error::new(e))),
             }
@@ -78,7 +117,7 @@ impl ClientArgs {
     /// reads may lag.
     pub async fn session(&self) -> anyhow::Result<Session> {
         let here = self.connect().await?;
-        let channel = match leader_channel(&here).await {
+        let channel = match leader_channel(&here, self.tls()?.as_ref()).await {
             Some(leader) => leader,
             None => here,
         };
@@ -102,7 +141,7 @@ impl ClientArgs {
 
 /// A channel to the leader, when `here` names one other than itself and it
 /// answers.
-async fn leader_channel(here: &Channel) -> Option<Channel> {
+async fn leader_channel(here: &Channel, tls: Option<&TlsConnector>) -> Option<Channel> {
     let mut request = tonic::Request::new(StatusRequest::default());
     request.set_timeout(Duration::from_millis(LEADER_LOOKUP_TIMEOUT_MS));
     let status = ClusterClient::new(here.clone())
@@ -113,7 +152,10 @@ async fn leader_channel(here: &Channel) -> Option<Channel> {
     let leader = status.leader_id.filter(|l| *l != status.node_id)?;
     let member = status.members.iter().find(|m| m.id == leader)?;
     let endpoint = Endpoint::from_shared(format!("http://{}", member.address)).ok()?;
-    with_timeouts(endpoint).connect().await.ok()
+    Net::Tcp
+        .connect_tls(with_timeouts(endpoint), tls)
+        .await
+        .ok()
 }
 
 /// An endpoint with the CLI's connect timeout and request deadline.

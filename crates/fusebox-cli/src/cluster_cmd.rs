@@ -29,9 +29,12 @@ enum ClusterCommand {
         /// The new node's id.
         #[arg(long)]
         id: u64,
-        /// The new node's gRPC address.
+        /// The new node's gRPC API address.
         #[arg(long)]
         address: String,
+        /// Its peer listener's address (Raft traffic), if it has one.
+        #[arg(long)]
+        peer_address: Option<String>,
         /// Keep it a learner (it replicates but does not vote).
         #[arg(long)]
         learner_only: bool,
@@ -149,12 +152,14 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         ClusterCommand::AddMember {
             id,
             address,
+            peer_address,
             learner_only,
         } => {
             let request = AddMemberRequest {
                 id,
                 address,
                 learner_only,
+                peer_address: peer_address.unwrap_or_default(),
                 ..Default::default()
             };
             let added = rpc("cluster add-member", client.add_member(request)).await?;

@@ -15,6 +15,7 @@ mod breakers_change;
 mod breakers_cmd;
 mod breakers_read;
 mod breakers_view;
+mod certs_cmd;
 mod client;
 mod cluster_cmd;
 mod failure;
@@ -65,6 +66,8 @@ enum Command {
     /// Tool manifests and latency: import, latency, disclosure.
     #[command(after_help = EXIT_CODES_HELP)]
     Tools(tools_cmd::ToolsArgs),
+    /// Development certificates for a TLS cluster.
+    Certs(certs_cmd::CertsArgs),
 }
 
 /// Whether the command asked for JSON (errors are then JSON too).
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
             Command::Policy(args) => policy_cmd::run(args).await,
             Command::Killswitch(args) => killswitch_cmd::run(args).await,
             Command::Tools(args) => tools_cmd::run(args).await,
+            Command::Certs(args) => certs_cmd::run(args).await,
         }
     });
     match result {

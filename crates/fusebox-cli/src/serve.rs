@@ -3,6 +3,7 @@
 use crate::out::outln;
 use anyhow::{bail, Context};
 use clap::Args;
+use fusebox_server::node::config::{ApiTls, PeerTls};
 use fusebox_server::node::{start, NodeConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,10 +17,14 @@ pub struct ServeArgs {
     /// This node's id.
     #[arg(long)]
     id: Option<u64>,
-    /// Where gRPC listens.
+    /// Where the gRPC API listens.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// The initial members: `1=HOST:PORT,2=HOST:PORT,...`.
+    /// Where the Raft transport listens, apart from clients (needed for TLS).
+    #[arg(long)]
+    peer_listen: Option<SocketAddr>,
+    /// The initial members: `1=HOST:PORT,...`, or with peer listeners
+    /// `1=API_HOST:PORT@PEER_HOST:PORT,...`.
     #[arg(long)]
     peers: Option<String>,
     /// The data directory.
@@ -37,6 +42,30 @@ pub struct ServeArgs {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// The API's TLS certificate (PEM); with --tls-key and --tls-ca.
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The API certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA trusted for client certificates and other members' API
+    /// certificates (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
+    /// This member's peer certificate (PEM, naming `fusebox://node/ID`);
+    /// with --peer-key and --peer-ca.
+    #[arg(long, requires_all = ["peer_key", "peer_ca"])]
+    peer_cert: Option<PathBuf>,
+    /// The peer certificate's private key (PEM).
+    #[arg(long, requires = "peer_cert")]
+    peer_key: Option<PathBuf>,
+    /// The cluster's CA, which signed every member's peer certificate (PEM).
+    #[arg(long, requires = "peer_cert")]
+    peer_ca: Option<PathBuf>,
+    /// Serve a non-loopback address without TLS (a warning is logged at
+    /// every start).
+    #[arg(long)]
+    insecure: bool,
 }
 
 fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
@@ -51,11 +80,21 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
     if let Some(id) = args.id {
         config.id = id;
     }
+    if let Some(peer) = args.peer_listen {
+        config.peer_listen = Some(peer);
+    }
     if let Some(listen) = args.listen {
         config.listen = listen;
-        if args.peers.is_none() && args.config.is_none() {
-            config.peers = [(config.id, listen.to_string())].into();
-        }
+    }
+    if (args.listen.is_some() || args.peer_listen.is_some())
+        && args.peers.is_none()
+        && args.config.is_none()
+    {
+        let me = match config.peer_listen {
+            Some(peer) => format!("{}@{peer}", config.listen),
+            None => config.listen.to_string(),
+        };
+        config.peers = [(config.id, me)].into();
     }
     if let Some(peers) = &args.peers {
         config.peers = NodeConfig::parse_peers(peers).map_err(anyhow::Error::msg)?;
@@ -71,6 +110,21 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
         config.cluster_id = id.clone();
     }
     config.join |= args.join;
+    config.insecure |= args.insecure;
+    if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) {
+        config.tls = Some(ApiTls {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: ca.clone(),
+        });
+    }
+    if let (Some(cert), Some(key), Some(ca)) = (&args.peer_cert, &args.peer_key, &args.peer_ca) {
+        config.peer_tls = Some(PeerTls {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: ca.clone(),
+        });
+    }
     if let Err(problem) = config.validate() {
         bail!("invalid configuration: {problem}");
     }
@@ -109,9 +163,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = config_of(&args)?;
     let node = start(config.clone()).await.context("starting the node")?;
     outln!(
-        "fusebox node {} serving gRPC on {}{} with data in {}",
+        "fusebox node {} serving gRPC on {}{}{}{}{} with data in {}",
         config.id,
         node.grpc_addr,
+        if config.tls.is_some() { " (TLS)" } else { "" },
+        node.peer_addr
+            .map(|a| format!(", peers on {a}"))
+            .unwrap_or_default(),
+        if config.peer_tls.is_some() {
+            " (mutual TLS)"
+        } else {
+            ""
+        },
         node.http_addr
             .map(|a| format!(", metrics on http://{a}/metrics"))
             .unwrap_or_default(),

@@ -40,6 +40,10 @@ fn fixture() -> Fixture {
         cluster_id: "bench".into(),
         join: false,
         timing: Default::default(),
+        peer_listen: None,
+        tls: None,
+        peer_tls: None,
+        insecure: false,
     };
     let client = runtime.block_on(async {
         let node = node::start(config).await.unwrap();

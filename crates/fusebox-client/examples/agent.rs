@@ -125,6 +125,10 @@ async fn embedded_node() -> (String, tempfile::TempDir) {
         cluster_id: "example".into(),
         join: false,
         timing: Default::default(),
+        peer_listen: None,
+        tls: None,
+        peer_tls: None,
+        insecure: false,
     };
     let node = fusebox_server::node::start(config).await.unwrap();
     std::mem::forget(node);

@@ -66,6 +66,7 @@ impl Client {
             &config.endpoints,
             Duration::from_millis(config.connect_timeout_ms),
             &env.net,
+            config.tls.as_ref(),
         )?);
         let view = Arc::new(LocalView::new(
             config.namespace.clone(),

@@ -10,6 +10,7 @@
 use crate::error::ClientError;
 use fusebox_core::limits::BATCH_OUTCOMES_MAX;
 use fusebox_core::{Namespace, ReplicaId};
+use fusebox_proto::tls::ClientTlsFiles;
 use std::time::Duration;
 
 /// Most local fallback breakers kept; past it new keys are not guarded
@@ -83,6 +84,10 @@ pub struct ClientConfig {
     /// Replicas in the fleet, to scale the local fallback breaker's
     /// window thresholds (`minimum_calls`) to what one replica sees.
     pub fleet_replicas: u32,
+    /// TLS to the cluster: the CA that signed the nodes' certificates and,
+    /// for mutual TLS, this replica's certificate and key (none: plaintext,
+    /// for a cluster on loopback). Reloaded when the files change.
+    pub tls: Option<ClientTlsFiles>,
 }
 
 impl ClientConfig {
@@ -110,6 +115,7 @@ impl ClientConfig {
             report_flush_interval_ms: 50,
             write_lease_margin_ms: 5_000,
             fleet_replicas: 1,
+            tls: None,
         })
     }
 

@@ -10,6 +10,7 @@
 
 use crate::error::ClientError;
 use fusebox_proto::net::Net;
+use fusebox_proto::tls::{ClientTlsFiles, TlsConnector};
 use fusebox_proto::v1::fusebox_error_detail::Detail;
 use fusebox_proto::v1::FuseboxErrorDetail;
 use prost::Message;
@@ -33,7 +34,15 @@ impl Endpoints {
         addresses: &[String],
         connect_timeout: Duration,
         net: &Net,
+        tls: Option<&ClientTlsFiles>,
     ) -> Result<Self, ClientError> {
+        let tls = tls
+            .map(|files| TlsConnector::load(files.clone()))
+            .transpose()
+            .map_err(|e| ClientError::InvalidArgument {
+                field: "tls".to_owned(),
+                message: e.to_string(),
+            })?;
         let mut nodes = Vec::with_capacity(addresses.len());
         for address in addresses {
             let uri = if address.contains("://") {
@@ -46,7 +55,7 @@ impl Endpoints {
                     field: "endpoints".to_owned(),
                     message: format!("{address:?}: {e}"),
                 })?;
-            let channel = net.channel(endpoint.connect_timeout(connect_timeout));
+            let channel = net.channel_tls(endpoint.connect_timeout(connect_timeout), tls.as_ref());
             nodes.push((address.clone(), channel));
         }
         Ok(Endpoints {

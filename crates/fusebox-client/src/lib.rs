@@ -85,5 +85,6 @@ pub use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
 pub use fusebox_core::ledger::derive_key;
 pub use fusebox_core::policy::{EffectClass, OnPartition};
 pub use fusebox_core::OutcomeClass;
+pub use fusebox_proto::tls::ClientTlsFiles;
 pub use fusebox_proto::v1 as proto;
 pub use tokio_util::sync::CancellationToken;

@@ -6,6 +6,7 @@
 //! and every listener through [`Net::bind`], so one value decides where all
 //! of a process's connections go. Production uses [`Net::Tcp`].
 
+use crate::tls::TlsConnector;
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -85,6 +86,14 @@ impl Listener for TcpListener {
     }
 }
 
+/// Pings every [`KEEPALIVE_INTERVAL`], gives up after [`KEEPALIVE_TIMEOUT`].
+fn with_keepalive(endpoint: Endpoint) -> Endpoint {
+    endpoint
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+}
+
 impl Net {
     /// A lazily connected channel to `endpoint`: nothing is dialed until the
     /// first call, and a broken connection is re-dialed on the next one.
@@ -95,30 +104,77 @@ impl Net {
     /// connection, a peer that vanished) would otherwise hold every later
     /// call on it, and the channel would never dial again.
     pub fn channel(&self, endpoint: Endpoint) -> Channel {
-        let endpoint = endpoint
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true);
-        match self {
-            Net::Tcp => endpoint.tcp_nodelay(true).connect_lazy(),
-            Net::Custom(network) => {
-                let network = network.clone();
-                let connector = tower::service_fn(move |uri: Uri| {
-                    let network = network.clone();
-                    async move {
-                        let host = uri.host().unwrap_or_default().to_owned();
-                        let default_port = if uri.scheme_str() == Some("https") {
-                            443
-                        } else {
-                            80
-                        };
-                        let port = uri.port_u16().unwrap_or(default_port);
-                        let conn = network.connect(host, port).await?;
-                        Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(conn))
-                    }
-                });
-                endpoint.connect_with_connector_lazy(connector)
+        self.channel_tls(endpoint, None)
+    }
+
+    /// [`Net::channel`], speaking TLS when `tls` is given: the server's
+    /// certificate is checked against `tls`'s CA, and `tls`'s own
+    /// certificate is presented if the server asks.
+    pub fn channel_tls(&self, endpoint: Endpoint, tls: Option<&TlsConnector>) -> Channel {
+        let endpoint = with_keepalive(endpoint);
+        if let (Net::Tcp, None) = (self, tls) {
+            return endpoint.tcp_nodelay(true).connect_lazy();
+        }
+        endpoint.connect_with_connector_lazy(self.connector(tls))
+    }
+
+    /// [`Net::channel_tls`], connected now: fails if the node cannot be
+    /// reached or the handshake fails.
+    pub async fn connect_tls(
+        &self,
+        endpoint: Endpoint,
+        tls: Option<&TlsConnector>,
+    ) -> Result<Channel, tonic::transport::Error> {
+        let endpoint = with_keepalive(endpoint);
+        if let (Net::Tcp, None) = (self, tls) {
+            return endpoint.tcp_nodelay(true).connect().await;
+        }
+        endpoint.connect_with_connector(self.connector(tls)).await
+    }
+
+    /// Dials over this network, then speaks TLS if `tls` is given.
+    fn connector(
+        &self,
+        tls: Option<&TlsConnector>,
+    ) -> impl tower::Service<
+        Uri,
+        Response = hyper_util::rt::TokioIo<BoxConn>,
+        Error = io::Error,
+        Future = impl Future<Output = io::Result<hyper_util::rt::TokioIo<BoxConn>>> + Send,
+    > + Clone
+           + Send
+           + 'static {
+        let (net, tls) = (self.clone(), tls.cloned());
+        tower::service_fn(move |uri: Uri| {
+            let (net, tls) = (net.clone(), tls.clone());
+            async move {
+                let host = uri.host().unwrap_or_default().to_owned();
+                let default_port = if uri.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                };
+                let port = uri.port_u16().unwrap_or(default_port);
+                let conn = net.dial(host.clone(), port).await?;
+                let conn = match tls {
+                    Some(tls) => tls.connect(&host, conn).await?,
+                    None => conn,
+                };
+                Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(conn))
             }
+        })
+    }
+
+    /// Opens one connection to `host:port`.
+    async fn dial(&self, host: String, port: u16) -> io::Result<BoxConn> {
+        match self {
+            Net::Tcp => {
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let stream = tokio::net::TcpStream::connect((host, port)).await?;
+                stream.set_nodelay(true)?;
+                Ok(Box::new(stream))
+            }
+            Net::Custom(network) => network.connect(host, port).await,
         }
     }
 

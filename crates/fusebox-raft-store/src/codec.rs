@@ -24,7 +24,10 @@ use std::io;
 /// 2: commands gained `ReportBatch` and a policy change's reason, which
 /// changes postcard's positional encoding; a store written by a format-1
 /// build is refused by name instead of failing to decode.
-pub(crate) const VALUE_FORMAT: u8 = 2;
+///
+/// 3: a member carries its peer address besides its API address, and the
+/// state's clock the stamp it last followed.
+pub(crate) const VALUE_FORMAT: u8 = 3;
 
 /// The key of log entry `index`.
 pub(crate) fn index_key(index: u64) -> [u8; 8] {
@@ -86,24 +89,25 @@ mod tests {
 
     use super::*;
     use crate::types::{Entry, LogId, Request, SnapshotMeta, StoredMembership, Vote};
+    use crate::Member;
     use fusebox_core::machine::Command;
     use fusebox_core::policy::PolicyDocument;
     use fusebox_core::Namespace;
     use openraft::entry::RaftEntry;
-    use openraft::{BasicNode, Membership};
+    use openraft::Membership;
     use std::collections::{BTreeMap, BTreeSet};
 
     fn log_id(term: u64, index: u64) -> LogId {
         openraft::testing::log_id::<crate::TypeConfig>(term, 1, index)
     }
 
-    fn membership() -> Membership<u64, BasicNode> {
+    fn membership() -> Membership<u64, Member> {
         let voters = BTreeSet::from([1, 2, 3]);
         let nodes = BTreeMap::from([
-            (1, BasicNode::new("10.0.0.1:7000")),
-            (2, BasicNode::new("10.0.0.2:7000")),
-            (3, BasicNode::new("10.0.0.3:7000")),
-            (4, BasicNode::new("10.0.0.4:7000")),
+            (1, Member::new("10.0.0.1:7000", "10.0.0.1:7100")),
+            (2, Member::new("10.0.0.2:7000", "10.0.0.2:7100")),
+            (3, Member::new("10.0.0.3:7000", "10.0.0.3:7100")),
+            (4, Member::new("10.0.0.4:7000", "10.0.0.4:7100")),
         ]);
         Membership::new(vec![voters], nodes).unwrap()
     }

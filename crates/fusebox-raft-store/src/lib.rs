@@ -76,7 +76,7 @@ pub use rocks::{blocking, run_inline};
 pub use snapshot_builder::StateSnapshotBuilder;
 pub use state_store::StateStore;
 pub use types::{
-    snapshot_data, Entry, LogId, Node, NodeId, RaftRuntime, Request, Response, Snapshot,
+    snapshot_data, Entry, LogId, Member, Node, NodeId, RaftRuntime, Request, Response, Snapshot,
     SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, Vote,
 };
 

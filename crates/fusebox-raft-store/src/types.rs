@@ -79,12 +79,72 @@ openraft::declare_raft_types!(
         D = Request,
         R = Response,
         AsyncRuntime = RaftRuntime,
+        Node = Member,
 );
 
 /// A node's identity in the cluster.
 pub type NodeId = u64;
-/// A node's address, as openraft stores it in the membership.
-pub type Node = openraft::impls::BasicNode;
+/// A node as the membership records it.
+pub type Node = Member;
+
+/// Where a member is reached: clients at its API address, peers (the Raft
+/// transport) at its peer address. A node that serves both on one listener
+/// (plaintext development setups) has the same address twice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Member {
+    /// The client API's address (`HOST:PORT`): clients, forwarded writes.
+    pub addr: String,
+    /// The Raft transport's address (`HOST:PORT`).
+    pub peer_addr: String,
+}
+
+impl Member {
+    /// A member reached at `addr` by clients and `peer_addr` by peers.
+    pub fn new(addr: impl Into<String>, peer_addr: impl Into<String>) -> Self {
+        Member {
+            addr: addr.into(),
+            peer_addr: peer_addr.into(),
+        }
+    }
+
+    /// A member serving clients and peers on one address.
+    pub fn shared(addr: impl Into<String>) -> Self {
+        let addr = addr.into();
+        Member {
+            peer_addr: addr.clone(),
+            addr,
+        }
+    }
+
+    /// Reads `API` or `API@PEER` (both `HOST:PORT`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (addr, peer) = match text.split_once('@') {
+            Some((addr, peer)) => (addr.trim(), peer.trim()),
+            None => (text.trim(), text.trim()),
+        };
+        for (what, a) in [("address", addr), ("peer address", peer)] {
+            if a.is_empty() || !a.contains(':') || a.contains(char::is_whitespace) {
+                return Err(format!("{what} {a:?}: expected HOST:PORT"));
+            }
+        }
+        Ok(Member::new(addr, peer))
+    }
+
+    /// Whether peers reach it on a listener of their own.
+    pub fn has_peer_listener(&self) -> bool {
+        self.addr != self.peer_addr
+    }
+}
+
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.has_peer_listener() {
+            write!(f, "{}@{}", self.addr, self.peer_addr)
+        } else {
+            f.write_str(&self.addr)
+        }
+    }
+}
 
 /// A snapshot's bytes (the core's snapshot encoding) as openraft moves them
 /// between the state machine, the builder and the network: in memory when

@@ -83,7 +83,7 @@ async fn start(dir: &Path) -> (Raft<TypeConfig, StateStore>, StateStore) {
 async fn writes_answer_and_a_restart_resumes_from_snapshot_and_log() {
     let dir = TempDir::new().unwrap();
     let (raft, state) = start(dir.path()).await;
-    raft.initialize(BTreeMap::from([(1, Node::new("127.0.0.1:1"))]))
+    raft.initialize(BTreeMap::from([(1, Node::shared("127.0.0.1:1"))]))
         .await
         .unwrap();
     raft.wait(TIMEOUT)

@@ -134,3 +134,7 @@ pub const METRICS_REFRESH_PERIOD_MS: u64 = 500;
 /// How long shutdown waits for each background task to finish, in
 /// milliseconds, so a stuck task cannot keep the process alive.
 pub const SHUTDOWN_TASK_WAIT_MS: u64 = 5_000;
+
+/// Most TLS handshakes one listener runs at once; further connections wait
+/// to be accepted.
+pub const TLS_HANDSHAKES_IN_FLIGHT_MAX: usize = 256;

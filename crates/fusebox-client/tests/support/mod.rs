@@ -68,6 +68,10 @@ impl TestCluster {
                 cluster_id: "client-tests".into(),
                 join: false,
                 timing: fast_timing(),
+                peer_listen: None,
+                tls: None,
+                peer_tls: None,
+                insecure: false,
             };
             nodes.push(node::start(config).await.unwrap());
             dirs.push(dir);

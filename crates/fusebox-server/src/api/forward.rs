@@ -18,6 +18,7 @@ use crate::limits::{
     FORWARD_TIMEOUT_MAX_MS,
 };
 use fusebox_proto::net::Net;
+use fusebox_proto::tls::TlsConnector;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -46,14 +47,17 @@ const TRANSPORT_HEADERS: [&str; 8] = [
 #[derive(Debug)]
 pub struct Forwarder {
     net: Net,
+    tls: Option<TlsConnector>,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl Forwarder {
-    /// A forwarder with no cached channel, connecting over `net`.
-    pub fn new(net: Net) -> Self {
+    /// A forwarder with no cached channel, connecting over `net`, with TLS
+    /// to the leader's API if `tls` is given.
+    pub fn new(net: Net, tls: Option<TlsConnector>) -> Self {
         Forwarder {
             net,
+            tls,
             channels: Mutex::new(HashMap::new()),
         }
     }
@@ -153,7 +157,7 @@ impl Forwarder {
             // Leaders change rarely; a full cache means stale addresses.
             channels.clear();
         }
-        let channel = self.net.channel(endpoint);
+        let channel = self.net.channel_tls(endpoint, self.tls.as_ref());
         channels.insert(addr.to_owned(), channel.clone());
         Ok(channel)
     }

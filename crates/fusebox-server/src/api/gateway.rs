@@ -51,7 +51,7 @@ impl<B: Clone> Clone for Gateway<B> {
 impl<B: Backend> Gateway<B> {
     /// A gateway with its own forwarder.
     pub fn new(backend: B) -> Self {
-        let forwarder = Arc::new(Forwarder::new(backend.net()));
+        let forwarder = Arc::new(Forwarder::new(backend.net(), None));
         Gateway::with_forwarder(backend, forwarder)
     }
 

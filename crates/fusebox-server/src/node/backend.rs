@@ -10,10 +10,10 @@ use crate::watch::{WatchHub, WatchStart};
 use fusebox_core::machine::{Applied, Command, Report, SharedStateMachine};
 use fusebox_core::Namespace;
 use fusebox_proto::net::Net;
-use fusebox_raft_store::{Request, StateStore, TypeConfig};
+use fusebox_raft_store::{Member, Request, StateStore, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
-use openraft::{BasicNode, Raft, ReadPolicy};
+use openraft::{Raft, ReadPolicy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ pub struct RaftBackend {
 fn not_leader(f: &ForwardToLeader<TypeConfig>) -> BackendError {
     BackendError::NotLeader {
         leader_id: f.leader_id,
-        leader_addr: f.leader_node.as_ref().map(|n: &BasicNode| n.addr.clone()),
+        leader_addr: f.leader_node.as_ref().map(|n: &Member| n.addr.clone()),
     }
 }
 

@@ -19,10 +19,10 @@ use fusebox_proto::v1::{
     RemoveMemberRequest, RemoveMemberResponse, StatusRequest, StatusResponse,
     TransferLeaderRequest, TransferLeaderResponse,
 };
-use fusebox_raft_store::TypeConfig;
+use fusebox_raft_store::{Member as RaftMember, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, ChangeMembers, RaftMetrics};
+use openraft::{ChangeMembers, RaftMetrics};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -72,6 +72,7 @@ fn members(m: &RaftMetrics<TypeConfig>) -> Vec<Member> {
             Member {
                 id: *id,
                 address: node.addr.clone(),
+                peer_address: node.peer_addr.clone(),
                 role: role as i32,
                 matched_index: matched.get(id).copied(),
                 applied_index: applied,
@@ -183,15 +184,26 @@ impl Cluster for ClusterService {
                 .await;
         }
         let req = request.into_inner();
-        if req.id == 0 || req.address.is_empty() || req.address.len() > MEMBER_ADDRESS_BYTES_MAX {
+        let too_long = |a: &str| a.len() > MEMBER_ADDRESS_BYTES_MAX;
+        if req.id == 0
+            || req.address.is_empty()
+            || too_long(&req.address)
+            || too_long(&req.peer_address)
+        {
             return Err(Status::invalid_argument(
                 "id must be >= 1 and address HOST:PORT",
             ));
         }
+        let member = if req.peer_address.is_empty() {
+            RaftMember::parse(&req.address)
+        } else {
+            RaftMember::parse(&format!("{}@{}", req.address, req.peer_address))
+        }
+        .map_err(Status::invalid_argument)?;
         let raft = &self.backend.raft;
         let added = tokio::time::timeout(
             MEMBERSHIP_CHANGE_TIMEOUT,
-            raft.add_learner(req.id, BasicNode::new(req.address.clone()), true),
+            raft.add_learner(req.id, member, true),
         )
         .await
         .map_err(|_| Status::deadline_exceeded("the new member did not catch up in time"))?

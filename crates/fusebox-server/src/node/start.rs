@@ -21,14 +21,17 @@ use crate::raft::service::RaftService;
 use crate::watch::WatchHub;
 use fusebox_core::machine::Command;
 use fusebox_proto::net::Listener;
+use fusebox_proto::tls::{
+    ClientCerts, ClientTlsFiles, ServerTlsFiles, TlsAcceptor, TlsConnector, TlsError,
+};
 use fusebox_proto::v1::cluster_server::ClusterServer;
 use fusebox_proto::v1::raft_server::RaftServer;
 use fusebox_raft_store::{DirIdentity, RaftRuntime};
 use openraft::async_runtime::WatchReceiver;
-use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
-use std::collections::BTreeMap;
+use openraft::{Config, Raft, SnapshotPolicy};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
@@ -48,6 +51,9 @@ pub enum StartError {
     /// openraft refused to start.
     #[error("raft: {0}")]
     Raft(String),
+    /// A TLS certificate, key or CA could not be loaded.
+    #[error("tls: {0}")]
+    Tls(String),
     /// A listener could not bind.
     #[error("binding {addr}: {source}")]
     Bind {
@@ -62,8 +68,10 @@ pub enum StartError {
 pub struct RunningNode {
     /// The backend the services use (and tests can use directly).
     pub backend: RaftBackend,
-    /// Where gRPC listens.
+    /// Where the gRPC API listens.
     pub grpc_addr: SocketAddr,
+    /// Where the Raft transport listens, if apart from the API.
+    pub peer_addr: Option<SocketAddr>,
     /// Where HTTP listens, if enabled.
     pub http_addr: Option<SocketAddr>,
     /// The node's metrics.
@@ -125,10 +133,12 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         hub: hub.clone(),
         metrics: metrics.clone(),
     }));
+    let tls = Tls::load(&config)?;
     let network = Network {
         cluster_id: config.cluster_id.clone(),
         me: config.id,
         net: env.net.clone(),
+        tls: tls.peer_client.clone(),
     };
     // openraft draws election timeouts from a generator seeded here, and
     // every task Raft spawns inherits a seed derived from it.
@@ -163,22 +173,36 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         reports: Some(reports),
         env: env.clone(),
     };
-    let listener = env
-        .net
-        .bind(config.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let grpc_addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let mut tasks = vec![
-        spawn_grpc(&config, &backend, listener, stop_rx.clone()),
-        coalescer_task,
-    ];
+    let (listener, grpc_addr) = bind(&env, config.listen).await?;
+    let raft_service = RaftService {
+        raft: backend.raft.clone(),
+        cluster_id: config.cluster_id.clone(),
+        me: config.id,
+        member_certs: tls.peer_server.is_some(),
+    };
+    let mut tasks = vec![coalescer_task];
+    let peer_addr = match config.peer_listen {
+        Some(addr) => {
+            let (peer_listener, bound) = bind(&env, addr).await?;
+            tasks.push(spawn_peer_grpc(
+                raft_service.clone(),
+                peer_listener,
+                tls.peer_server.clone(),
+                stop_rx.clone(),
+            ));
+            Some(bound)
+        }
+        None => None,
+    };
+    let shared_raft = peer_addr.is_none().then_some(raft_service);
+    tasks.push(spawn_grpc(
+        &config,
+        &backend,
+        (listener, tls.api_server.clone()),
+        tls.api_client.clone(),
+        shared_raft,
+        stop_rx.clone(),
+    ));
     let http_addr = match config.http {
         Some(addr) => {
             let (task, bound) = spawn_http(addr, metrics.clone(), stop_rx.clone()).await?;
@@ -205,10 +229,19 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         metrics.clone(),
         stop_rx,
     ));
-    tracing::info!(node = config.id, %grpc_addr, "node started");
+    if config.insecure && config.exposed_in_clear() {
+        tracing::warn!(
+            listen = %config.listen,
+            peer_listen = ?config.peer_listen,
+            "--insecure: serving beyond loopback without TLS; anyone who can reach these \
+             addresses can read and change the cluster"
+        );
+    }
+    tracing::info!(node = config.id, %grpc_addr, ?peer_addr, "node started");
     Ok(RunningNode {
         backend,
         grpc_addr,
+        peer_addr,
         http_addr,
         metrics,
         stop,
@@ -220,11 +253,8 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
 /// Every initial member does this with the same peers, which openraft allows:
 /// the vote elects one leader.
 async fn initialize(backend: &RaftBackend, config: &NodeConfig) {
-    let members: BTreeMap<u64, BasicNode> = config
-        .peers
-        .iter()
-        .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
-        .collect();
+    // `validate` checked they parse.
+    let members = config.members().unwrap_or_default();
     match backend.raft.is_initialized().await {
         Ok(true) => {}
         Ok(false) => {
@@ -236,20 +266,99 @@ async fn initialize(backend: &RaftBackend, config: &NodeConfig) {
     }
 }
 
+/// The TLS each side of a node speaks, loaded from its files.
+struct Tls {
+    /// Clients to this node's API.
+    api_server: Option<TlsAcceptor>,
+    /// This node to the leader's API, forwarding.
+    api_client: Option<TlsConnector>,
+    /// Members to this node's peer listener (client certificates required).
+    peer_server: Option<TlsAcceptor>,
+    /// This node to other members.
+    peer_client: Option<TlsConnector>,
+}
+
+impl Tls {
+    fn load(config: &NodeConfig) -> Result<Tls, StartError> {
+        let (api_server, api_client) = match &config.tls {
+            Some(t) => both_sides(&t.cert, &t.key, &t.ca, ClientCerts::Optional)?,
+            None => (None, None),
+        };
+        let (peer_server, peer_client) = match &config.peer_tls {
+            Some(t) => both_sides(&t.cert, &t.key, &t.ca, ClientCerts::Required)?,
+            None => (None, None),
+        };
+        Ok(Tls {
+            api_server,
+            api_client,
+            peer_server,
+            peer_client,
+        })
+    }
+}
+
+/// A listener's TLS and, with the same certificate and CA, the TLS this
+/// node dials others' listeners of that kind with.
+type Sides = (Option<TlsAcceptor>, Option<TlsConnector>);
+
+fn both_sides(
+    cert: &Path,
+    key: &Path,
+    ca: &Path,
+    clients: ClientCerts,
+) -> Result<Sides, StartError> {
+    let tls = |e: TlsError| StartError::Tls(e.to_string());
+    let server = TlsAcceptor::load(ServerTlsFiles {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        client_ca: Some(ca.to_path_buf()),
+        client_certs: clients,
+    })
+    .map_err(tls)?;
+    let client = TlsConnector::load(ClientTlsFiles {
+        ca: ca.to_path_buf(),
+        cert: Some(cert.to_path_buf()),
+        key: Some(key.to_path_buf()),
+        server_name: None,
+    })
+    .map_err(tls)?;
+    Ok((Some(server), Some(client)))
+}
+
+async fn bind(
+    env: &NodeEnv,
+    addr: SocketAddr,
+) -> Result<(Box<dyn Listener>, SocketAddr), StartError> {
+    let listener = env
+        .net
+        .bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok((listener, bound))
+}
+
+fn raft_server(raft: RaftService) -> RaftServer<RaftService> {
+    RaftServer::new(raft)
+        .max_decoding_message_size(RAFT_PAYLOAD_BYTES_MAX)
+        .max_encoding_message_size(RAFT_PAYLOAD_BYTES_MAX)
+}
+
+/// The client API, and the Raft transport too when the node has no peer
+/// listener (`shared_raft`).
 fn spawn_grpc(
     config: &NodeConfig,
     backend: &RaftBackend,
-    listener: Box<dyn Listener>,
+    (listener, tls): (Box<dyn Listener>, Option<TlsAcceptor>),
+    forward_tls: Option<TlsConnector>,
+    shared_raft: Option<RaftService>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let raft_service = RaftService {
-        raft: backend.raft.clone(),
-        cluster_id: config.cluster_id.clone(),
-        me: config.id,
-    };
     // One forwarder (one header, one set of deadlines, one channel cache)
     // for every service that hands requests to the leader.
-    let forwarder = Arc::new(Forwarder::new(backend.env.net.clone()));
+    let forwarder = Arc::new(Forwarder::new(backend.env.net.clone(), forward_tls));
     let cluster = ClusterService {
         backend: backend.clone(),
         me: config.id,
@@ -259,11 +368,7 @@ fn spawn_grpc(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
-        .add_service(
-            RaftServer::new(raft_service)
-                .max_decoding_message_size(RAFT_PAYLOAD_BYTES_MAX)
-                .max_encoding_message_size(RAFT_PAYLOAD_BYTES_MAX),
-        )
+        .add_optional_service(shared_raft.map(raft_server))
         .add_service(ClusterServer::new(cluster))
         .add_service(health_service);
     let api = Services::with_gateway(Gateway::with_forwarder(backend.clone(), forwarder));
@@ -276,15 +381,37 @@ fn spawn_grpc(
         health_reporter
             .set_serving::<ClusterServer<ClusterService>>()
             .await;
-        let incoming = incoming(listener);
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
         if let Err(e) = router
-            .serve_with_incoming_shutdown(incoming, shutdown)
+            .serve_with_incoming_shutdown(incoming(listener, tls), shutdown)
             .await
         {
             tracing::error!(error = %e, "grpc server stopped");
+        }
+    })
+}
+
+/// The peer listener: the Raft transport alone.
+fn spawn_peer_grpc(
+    raft: RaftService,
+    listener: Box<dyn Listener>,
+    tls: Option<TlsAcceptor>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let router = tonic::transport::Server::builder()
+        .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
+        .add_service(raft_server(raft));
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = router
+            .serve_with_incoming_shutdown(incoming(listener, tls), shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "peer grpc server stopped");
         }
     })
 }

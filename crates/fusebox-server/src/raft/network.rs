@@ -11,8 +11,10 @@ use crate::limits::{
     SNAPSHOT_CHUNK_BYTES,
 };
 use fusebox_proto::net::Net;
+use fusebox_proto::tls::TlsConnector;
 use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
+use fusebox_raft_store::Member;
 use fusebox_raft_store::{LogId, NodeId, SnapshotData, SnapshotMeta, TypeConfig};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
@@ -21,7 +23,7 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{SnapshotOf, VoteOf};
-use openraft::{BasicNode, RaftNetworkV2};
+use openraft::RaftNetworkV2;
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::sync::Arc;
@@ -37,20 +39,23 @@ pub struct Network {
     pub me: NodeId,
     /// Where the channels connect.
     pub net: Net,
+    /// Mutual TLS to peers (this node's peer certificate, the cluster CA).
+    pub tls: Option<TlsConnector>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Connection;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Connection {
+    async fn new_client(&mut self, target: NodeId, node: &Member) -> Connection {
         Connection {
             route: Route {
                 cluster_id: self.cluster_id.clone(),
                 from: self.me,
                 to: target,
             },
-            addr: node.addr.clone(),
+            addr: node.peer_addr.clone(),
             net: self.net.clone(),
+            tls: self.tls.clone(),
             client: None,
         }
     }
@@ -61,6 +66,7 @@ pub struct Connection {
     route: Route,
     addr: String,
     net: Net,
+    tls: Option<TlsConnector>,
     client: Option<RaftClient<Channel>>,
 }
 
@@ -80,7 +86,7 @@ impl Connection {
         let endpoint = Endpoint::from_shared(format!("http://{}", self.addr))
             .map_err(unreachable)?
             .connect_timeout(Duration::from_millis(RAFT_CONNECT_TIMEOUT_MS));
-        let client = RaftClient::new(self.net.channel(endpoint))
+        let client = RaftClient::new(self.net.channel_tls(endpoint, self.tls.as_ref()))
             .max_decoding_message_size(RAFT_PAYLOAD_BYTES_MAX)
             .max_encoding_message_size(RAFT_PAYLOAD_BYTES_MAX);
         self.client = Some(client.clone());

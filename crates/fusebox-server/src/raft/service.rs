@@ -2,6 +2,8 @@
 
 use super::codec;
 use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOT_PREALLOCATE_BYTES_MAX};
+use crate::node::incoming::ConnInfo;
+use fusebox_proto::tls::PeerIdentity;
 use fusebox_proto::v1::raft_server::Raft as RaftRpc;
 use fusebox_proto::v1::{snapshot_chunk, RaftMessage, SnapshotChunk};
 use fusebox_raft_store::{snapshot_data, StateStore, TypeConfig};
@@ -21,6 +23,10 @@ pub struct RaftService {
     pub cluster_id: String,
     /// This node's id; messages for another node are refused.
     pub me: u64,
+    /// Whether senders must prove they are the member they claim to be
+    /// with a peer certificate naming them (peer TLS). Without peer TLS the
+    /// transport is only as private as the network it listens on.
+    pub member_certs: bool,
 }
 
 fn fatal(e: impl std::fmt::Display) -> Status {
@@ -37,9 +43,46 @@ impl RaftService {
         }))
     }
 
-    fn open(&self, message: &RaftMessage) -> Result<(), Status> {
-        codec::check_header(message.header.as_ref(), &self.cluster_id, self.me)
+    /// Checks the header, and that the sender is the member it says.
+    fn open(&self, message: &RaftMessage, sender: Option<u64>) -> Result<(), Status> {
+        codec::check_header(message.header.as_ref(), &self.cluster_id, self.me)?;
+        self.check_sender(
+            message.header.as_ref().map_or(0, |h| h.from_node_id),
+            sender,
+        )
     }
+
+    /// With peer TLS, the certificate must name a node, and the node the
+    /// header says sent the message.
+    fn check_sender(&self, claimed: u64, certified: Option<u64>) -> Result<(), Status> {
+        if !self.member_certs {
+            return Ok(());
+        }
+        match certified {
+            Some(id) if id == claimed => Ok(()),
+            Some(id) => {
+                tracing::warn!(
+                    certified = id,
+                    claimed,
+                    "raft message from a member posing as another refused"
+                );
+                Err(Status::permission_denied(
+                    "raft message refused: sender is not the certified member",
+                ))
+            }
+            None => {
+                tracing::warn!(claimed, "raft message without a member certificate refused");
+                Err(Status::permission_denied(
+                    "raft traffic needs a member's peer certificate",
+                ))
+            }
+        }
+    }
+}
+
+/// The node id the connection's verified peer certificate names.
+fn certified<T>(request: &Request<T>) -> Option<u64> {
+    ConnInfo::identity_of(request).and_then(PeerIdentity::node_id)
 }
 
 #[tonic::async_trait]
@@ -48,16 +91,18 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let sender = certified(&request);
         let message = request.into_inner();
-        self.open(&message)?;
+        self.open(&message, sender)?;
         let rpc: AppendEntriesRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.append_entries(rpc).await.map_err(fatal)?;
         self.reply(&resp)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let sender = certified(&request);
         let message = request.into_inner();
-        self.open(&message)?;
+        self.open(&message, sender)?;
         let rpc: VoteRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.vote(rpc).await.map_err(fatal)?;
         self.reply(&resp)
@@ -67,7 +112,8 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let (vote, meta, bytes) = self.receive_snapshot(request.into_inner()).await?;
+        let sender = certified(&request);
+        let (vote, meta, bytes) = self.receive_snapshot(request.into_inner(), sender).await?;
         let snapshot = Snapshot {
             meta,
             snapshot: snapshot_data(bytes),
@@ -84,8 +130,9 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        let sender = certified(&request);
         let message = request.into_inner();
-        self.open(&message)?;
+        self.open(&message, sender)?;
         let rpc: TransferLeaderRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.handle_transfer_leader(rpc).await.map_err(fatal)?;
         self.reply(&resp)
@@ -98,6 +145,7 @@ impl RaftService {
     async fn receive_snapshot(
         &self,
         mut stream: Streaming<SnapshotChunk>,
+        sender: Option<u64>,
     ) -> Result<(VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>), Status> {
         let first = stream
             .next()
@@ -109,6 +157,7 @@ impl RaftService {
             ));
         };
         codec::check_header(begin.header.as_ref(), &self.cluster_id, self.me)?;
+        self.check_sender(begin.header.as_ref().map_or(0, |h| h.from_node_id), sender)?;
         if begin.total_bytes > SNAPSHOT_BYTES_MAX {
             return Err(Status::resource_exhausted(format!(
                 "snapshot of {} bytes, at most {SNAPSHOT_BYTES_MAX}",
