@@ -8,7 +8,8 @@
 mod support;
 
 use fusebox_proto::v1::begin_response::Outcome;
-use fusebox_proto::v1::LookupRequest;
+use fusebox_proto::v1::breakers_client::BreakersClient;
+use fusebox_proto::v1::{LookupRequest, WatchRequest};
 use std::time::Duration;
 use support::ledger::begin_request;
 use support::TestCluster;
@@ -170,4 +171,71 @@ async fn leadership_moves_to_the_voter_asked_for() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a voter"), "{err}");
+}
+
+/// A node cut off from its leader, though still a member, stops vouching
+/// for its state (issue 18): its watch streams end with UNAVAILABLE and it
+/// refuses new ones, so replicas move to a node that is in touch instead of
+/// trusting heartbeats over a frozen view. Once it hears from a leader
+/// again, it serves watches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_its_leader_stops_vouching_for_its_watches() {
+    let cluster = TestCluster::start(3);
+    let leader = cluster
+        .wait_leader(&[1, 2, 3], Duration::from_secs(30))
+        .await;
+    let cut_off = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != cut_off).collect();
+    let watch = || async {
+        let request = WatchRequest {
+            namespace: NS.into(),
+            ..Default::default()
+        };
+        BreakersClient::new(cluster.channel(cut_off).await)
+            .watch(request)
+            .await
+    };
+
+    println!("phase: node {cut_off} serves a watch while in touch");
+    let mut stream = watch().await.expect("watch").into_inner();
+    let first = stream.message().await.expect("an event");
+    assert!(first.is_some());
+
+    println!("phase: the other nodes freeze; node {cut_off} hears from no leader");
+    for id in &others {
+        cluster.pause(*id);
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match stream.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return None,
+                Err(status) => return Some(status),
+            }
+        }
+    })
+    .await
+    .expect("the stream ends within 30 s");
+    let status = ended.expect("the stream ends with a status");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("heard from a leader"),
+        "{status:?}"
+    );
+    let refused = watch().await.expect_err("a new watch is refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+
+    println!("phase: the others return; node {cut_off} serves watches again");
+    for id in &others {
+        cluster.resume(*id);
+    }
+    let mut served = false;
+    for _ in 0..100 {
+        if watch().await.is_ok() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(served, "node {cut_off} never served a watch again");
 }

@@ -266,6 +266,26 @@ impl TestCluster {
         }
     }
 
+    /// Freezes node `id`'s process (SIGSTOP): it holds its connections but
+    /// answers nothing, as a node behind a partition would.
+    pub fn pause(&self, id: u64) {
+        self.signal(id, "-STOP");
+    }
+
+    /// Lets a paused node run again (SIGCONT).
+    pub fn resume(&self, id: u64) {
+        self.signal(id, "-CONT");
+    }
+
+    fn signal(&self, id: u64, signal: &str) {
+        let child = self.nodes[&id].child.as_ref().expect("a running node");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} node {id}");
+    }
+
     /// Deletes node `id`'s data directory (kill it first).
     pub fn wipe(&mut self, id: u64) {
         let node = &self.nodes[&id];

@@ -138,3 +138,9 @@ pub const SHUTDOWN_TASK_WAIT_MS: u64 = 5_000;
 /// Most TLS handshakes one listener runs at once; further connections wait
 /// to be accepted.
 pub const TLS_HANDSHAKES_IN_FLIGHT_MAX: usize = 256;
+
+/// How many longest election timeouts a node may go without hearing from
+/// its leader (leading: from a quorum) and still send watch heartbeats:
+/// past it, its state may be behind and its watch streams end. Three
+/// election timeouts outlast any normal election.
+pub const LEADER_CONTACT_ELECTIONS: u64 = 3;

@@ -46,11 +46,10 @@ enum Wake {
 }
 
 /// The refusal of a node outside the membership: watch another node.
-fn not_a_member() -> Status {
-    Status::unavailable(
-        "this node is not a member of the cluster (removed, or not yet added); its state \
-         is frozen, watch another node",
-    )
+fn out_of_touch(why: &str) -> Status {
+    Status::unavailable(format!(
+        "{why}; its state may be behind the cluster's, watch another node"
+    ))
 }
 
 /// Subscribes and starts the pump; fails before the stream exists when the
@@ -60,8 +59,10 @@ pub async fn start<B: Backend>(
     namespace: Namespace,
     from_revision: Option<u64>,
 ) -> Result<WatchEvents, Status> {
-    if !gateway.backend().is_member() {
-        return Err(not_a_member());
+    // A node that cannot vouch for its state refuses to start a stream, so
+    // the replica tries another node instead of this one's frozen view.
+    if let Some(why) = gateway.backend().out_of_touch() {
+        return Err(out_of_touch(&why));
     }
     let start = gateway
         .backend()
@@ -234,10 +235,11 @@ impl<B: Backend> Pump<B> {
     }
 
     async fn heartbeat(&mut self) -> Result<bool, Stopped> {
-        // A node removed from the cluster stops receiving the log; its
-        // heartbeats would keep a frozen view looking fresh.
-        if !self.gateway.backend().is_member() {
-            return self.fail(not_a_member()).await;
+        // A node removed from the cluster, or cut off from its leader, no
+        // longer receives the log; its heartbeats would keep a frozen view
+        // looking fresh.
+        if let Some(why) = self.gateway.backend().out_of_touch() {
+            return self.fail(out_of_touch(&why)).await;
         }
         let beat = pb::WatchEvent {
             revision: self.last_sent,

@@ -90,6 +90,10 @@ impl Backend for LocalBackend {
         true
     }
 
+    fn out_of_touch(&self) -> Option<String> {
+        None
+    }
+
     fn net(&self) -> Net {
         Net::Tcp
     }

@@ -94,6 +94,12 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// not-yet-added node stops receiving the log, so its state freezes).
     fn is_member(&self) -> bool;
 
+    /// Why this node cannot vouch that its state is current, if it cannot:
+    /// it is not a member, or it has not heard from a leader (leading: from
+    /// a quorum) within its contact bound. Watch heartbeats are sent only
+    /// while it can.
+    fn out_of_touch(&self) -> Option<String>;
+
     /// Where this node's outgoing channels connect.
     fn net(&self) -> Net;
 }

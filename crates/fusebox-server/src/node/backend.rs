@@ -2,6 +2,7 @@
 //! applied state, linearizable reads through the read linearizer.
 
 use super::coalescer::ReportCoalescer;
+use super::contact::LeaderContact;
 use super::env::{Clock, NodeEnv};
 use crate::backend::{Backend, BackendError, Consistency};
 use crate::limits::{ENTRY_BYTES_MAX, LINEARIZABLE_READ_TIMEOUT_MS, WRITE_TIMEOUT_MS};
@@ -13,7 +14,7 @@ use fusebox_proto::net::Net;
 use fusebox_raft_store::{Member, Request, StateStore, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
-use openraft::{Raft, ReadPolicy};
+use openraft::{Instant as _, Raft, ReadPolicy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,11 @@ pub struct RaftBackend {
     pub reports: Option<ReportCoalescer>,
     /// The node's network and wall clock.
     pub env: NodeEnv,
+    /// When this node last heard from a leader it accepted.
+    pub contact: Arc<LeaderContact>,
+    /// How long a node may go without hearing from its leader (or, leading,
+    /// from a quorum) and still vouch for its state, in ms.
+    pub contact_max_ms: u64,
 }
 
 fn not_leader(f: &ForwardToLeader<TypeConfig>) -> BackendError {
@@ -185,6 +191,34 @@ impl Backend for RaftBackend {
             .membership()
             .get_node(&metrics.id)
             .is_some()
+    }
+
+    fn out_of_touch(&self) -> Option<String> {
+        if !self.is_member() {
+            return Some(
+                "this node is not a member of the cluster (removed, or not yet added)".into(),
+            );
+        }
+        let m = self.raft.metrics().borrow_watched().clone();
+        let max = self.contact_max_ms;
+        if m.current_leader == Some(m.id) {
+            let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+            if voters == [m.id] {
+                return None;
+            }
+            let acked = m.last_quorum_acked.map(|t| t.elapsed().as_millis());
+            return match acked {
+                Some(ms) if ms <= u128::from(max) => None,
+                _ => Some(format!(
+                    "this leader has had no quorum acknowledge it for over {max} ms"
+                )),
+            };
+        }
+        match self.contact.silent_for_ms(self.env.now_ms()) {
+            Some(ms) if ms <= max => None,
+            Some(ms) => Some(format!("this node has not heard from a leader for {ms} ms")),
+            None => Some("this node has not heard from a leader since it started".into()),
+        }
     }
 
     fn net(&self) -> Net {

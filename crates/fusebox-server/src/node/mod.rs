@@ -4,6 +4,7 @@ pub mod backend;
 pub mod cluster;
 pub mod coalescer;
 pub mod config;
+pub mod contact;
 pub mod env;
 pub mod incoming;
 pub mod observer;

@@ -5,15 +5,17 @@ use super::backend::RaftBackend;
 use super::cluster::ClusterService;
 use super::coalescer::ReportCoalescer;
 use super::config::NodeConfig;
+use super::contact::LeaderContact;
 use super::env::NodeEnv;
 use super::incoming::incoming;
 use super::observer::Observer;
 use crate::api::{Forwarder, Gateway, Services};
 use crate::backend::Backend;
 use crate::limits::{
-    GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS, METRICS_REFRESH_PERIOD_MS,
-    PURGE_BATCH_ENTRIES, RAFT_ALIVE_CHECK_PERIOD_MS, RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX,
-    SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
+    GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS, LEADER_CONTACT_ELECTIONS,
+    METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES, RAFT_ALIVE_CHECK_PERIOD_MS,
+    RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS,
+    SNAPSHOT_SPACING_LEDGER_DIVISOR,
 };
 use crate::metrics::{self, Metrics};
 use crate::raft::network::Network;
@@ -172,12 +174,19 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         metrics: metrics.clone(),
         reports: Some(reports),
         env: env.clone(),
+        contact: Arc::new(LeaderContact::default()),
+        contact_max_ms: config
+            .timing
+            .election_max_ms
+            .saturating_mul(LEADER_CONTACT_ELECTIONS),
     };
     let (listener, grpc_addr) = bind(&env, config.listen).await?;
     let raft_service = RaftService {
         raft: backend.raft.clone(),
         cluster_id: config.cluster_id.clone(),
         me: config.id,
+        contact: backend.contact.clone(),
+        clock: env.clock.clone(),
         member_certs: tls.peer_server.is_some(),
     };
     let mut tasks = vec![coalescer_task];

@@ -2,15 +2,20 @@
 
 use super::codec;
 use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOT_PREALLOCATE_BYTES_MAX};
+use crate::node::contact::LeaderContact;
 use crate::node::incoming::ConnInfo;
+use crate::node::Clock;
 use fusebox_proto::tls::PeerIdentity;
 use fusebox_proto::v1::raft_server::Raft as RaftRpc;
 use fusebox_proto::v1::{snapshot_chunk, RaftMessage, SnapshotChunk};
 use fusebox_raft_store::{snapshot_data, StateStore, TypeConfig};
-use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+};
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use openraft::{Raft, Snapshot};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -23,6 +28,11 @@ pub struct RaftService {
     pub cluster_id: String,
     /// This node's id; messages for another node are refused.
     pub me: u64,
+    /// When this node last accepted a leader's message (for watch
+    /// heartbeats: `node::contact`).
+    pub contact: Arc<LeaderContact>,
+    /// The node's wall clock, to stamp that contact.
+    pub clock: Clock,
     /// Whether senders must prove they are the member they claim to be
     /// with a peer certificate naming them (peer TLS). Without peer TLS the
     /// transport is only as private as the network it listens on.
@@ -96,6 +106,11 @@ impl RaftRpc for RaftService {
         self.open(&message, sender)?;
         let rpc: AppendEntriesRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.append_entries(rpc).await.map_err(fatal)?;
+        // Anything but a higher vote means the sender is the leader this
+        // node follows (a conflict only says the logs differ).
+        if !matches!(resp, AppendEntriesResponse::HigherVote(_)) {
+            self.contact.heard((self.clock)());
+        }
         self.reply(&resp)
     }
 
@@ -123,6 +138,9 @@ impl RaftRpc for RaftService {
             .install_full_snapshot(vote, snapshot)
             .await
             .map_err(fatal)?;
+        if resp.vote == vote {
+            self.contact.heard((self.clock)());
+        }
         self.reply(&resp)
     }
 

@@ -193,6 +193,10 @@ impl Backend for Follower {
         true
     }
 
+    fn out_of_touch(&self) -> Option<String> {
+        None
+    }
+
     fn net(&self) -> fusebox_proto::net::Net {
         self.local.net()
     }
