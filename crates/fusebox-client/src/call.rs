@@ -345,11 +345,16 @@ impl Client {
             };
         }
         let rpc = journey.deadline(self.inner.config.rpc_timeout(), Layer::Cluster);
+        // The probe call cannot outlive the journey's budget; the margin
+        // covers returning the permit after it.
+        let margin = Duration::from_millis(self.inner.config.write_lease_margin_ms);
+        let lease = journey.available().saturating_add(margin);
         let answer = probe::acquire(
             &self.inner.endpoints,
             &self.inner.config,
             &key,
             rpc.duration,
+            lease,
         )
         .await;
         match answer {

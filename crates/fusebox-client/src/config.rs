@@ -78,8 +78,9 @@ pub struct ClientConfig {
     pub report_batch_outcomes_max: usize,
     /// The buffer is flushed at least this often while it holds anything.
     pub report_flush_interval_ms: u64,
-    /// Margin added to a write's deadline for its ledger lease, so the lease
-    /// outlives the call it covers.
+    /// Margin added to a write's deadline for its ledger lease, and to a
+    /// probe call's for its permit's lease, so the lease outlives the call
+    /// it covers.
     pub write_lease_margin_ms: u64,
     /// Replicas in the fleet, to scale the local fallback breaker's
     /// window thresholds (`minimum_calls`) to what one replica sees.

@@ -11,6 +11,7 @@ use crate::convert::{class_to_proto, key_to_proto, state_from_proto};
 use crate::endpoints::Endpoints;
 use crate::error::ClientError;
 use fusebox_core::breaker::{BreakerKey, BreakerState};
+use fusebox_core::limits::LEASE_MS_MAX;
 use fusebox_core::OutcomeClass;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::acquire_probe_response::Result as ProbeResult;
@@ -40,12 +41,21 @@ pub(crate) enum ProbeAnswer {
     },
 }
 
-/// Asks for a permit on `key` within `deadline`.
+/// A lease in the range the cluster accepts (1 ms to `LEASE_MS_MAX`).
+fn lease_ms(lease: Duration) -> u64 {
+    u64::try_from(lease.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, LEASE_MS_MAX)
+}
+
+/// Asks for a permit on `key` within `deadline`, held for `lease` (the
+/// probe call cannot outlive it, so the permit cannot lapse mid-call).
 pub(crate) async fn acquire(
     endpoints: &Endpoints,
     config: &ClientConfig,
     key: &BreakerKey,
     deadline: Duration,
+    lease: Duration,
 ) -> Result<ProbeAnswer, ClientError> {
     let wire_key = key_to_proto(key);
     let request = pb::AcquireProbeRequest {
@@ -53,7 +63,7 @@ pub(crate) async fn acquire(
         meta: None,
         key: Some(wire_key.clone()),
         replica_id: config.replica_id.to_string(),
-        lease_ms: None,
+        lease_ms: Some(lease_ms(lease)),
     };
     let response = endpoints
         .call(

@@ -545,6 +545,7 @@ fn sustained_failure_opens_and_probes_one_at_a_time_through_the_log() {
         let cmd = Command::AcquireProbe {
             key: k.clone(),
             replica: replica(who),
+            lease_ms: None,
         };
         if let Answer::Probe(ProbeAnswer::Granted { .. }) = sm.apply(&cmd, Timestamp(30_004)).answer
         {

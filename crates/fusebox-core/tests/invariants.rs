@@ -1106,6 +1106,8 @@ impl<'a> Run<'a> {
             } => Command::AcquireProbe {
                 key: self.acquire_key(*n, *target, *hot),
                 replica: replica(*r),
+                // One replica asks for its call's deadline as its lease.
+                lease_ms: (*r == 3).then_some(25_000),
             },
             Op::Release {
                 ns: n,
@@ -1780,6 +1782,7 @@ fn probe_bound_survives_a_policy_that_lowers_it() {
         let acquire = Command::AcquireProbe {
             key: probe_key(),
             replica: replica(r),
+            lease_ms: None,
         };
         let answer = sm.apply(&acquire, Timestamp(1_000)).answer;
         assert!(
@@ -1802,6 +1805,7 @@ fn probe_bound_survives_a_policy_that_lowers_it() {
     let third = Command::AcquireProbe {
         key: probe_key(),
         replica: replica(3),
+        lease_ms: None,
     };
     let answer = sm.apply(&third, Timestamp(1_001)).answer;
     assert!(

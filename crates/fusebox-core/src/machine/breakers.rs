@@ -20,6 +20,7 @@ impl<L: LedgerStore> StateMachine<L> {
         &mut self,
         key: &BreakerKey,
         replica: &ReplicaId,
+        lease_ms: Option<u64>,
         now: Timestamp,
         events: &mut Vec<WatchEvent>,
     ) -> Result<Answer, CoreError> {
@@ -30,7 +31,13 @@ impl<L: LedgerStore> StateMachine<L> {
             };
             return Ok(Answer::Probe(answer));
         }
-        let policy = self.breaker_policy(key);
+        let mut policy = self.breaker_policy(key);
+        // A caller whose probe call may run longer than the policy's lease
+        // holds the permit for its call's deadline, so the permit does not
+        // lapse mid-call and let a second probe through.
+        if let Some(ms) = lease_ms {
+            policy.probe_lease_ms = ms;
+        }
         let answer = self.with_breaker(key, events, |b| b.acquire_probe(&policy, now, replica))?;
         Ok(Answer::Probe(answer))
     }

@@ -10,7 +10,8 @@ use crate::breaker::BreakerKey;
 use crate::error::{check_len, check_max_len, CoreError};
 use crate::ledger::{BeginRequest, CompleteRequest, ResolveRequest};
 use crate::limits::{
-    BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, REASON_BYTES_MAX, REPORTS_PER_BATCH_MAX,
+    BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, LEASE_MS_MAX, REASON_BYTES_MAX,
+    REPORTS_PER_BATCH_MAX,
 };
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
@@ -80,6 +81,9 @@ pub enum Command {
         key: BreakerKey,
         /// Who would call.
         replica: ReplicaId,
+        /// How long the permit is held, in ms, if the caller says (its call's
+        /// deadline); else the policy's `probe_lease_ms`. 1 to `LEASE_MS_MAX`.
+        lease_ms: Option<u64>,
     },
     /// Return a probe permit with the probe's outcome.
     ReleaseProbe {
@@ -193,7 +197,17 @@ impl Command {
         match self {
             Command::ReportOutcomes { outcomes, .. } => check_report(outcomes.len()),
             Command::ReportBatch { reports } => check_batch(reports),
-            Command::AcquireProbe { key, .. } | Command::ReleaseProbe { key, .. } => key.check(),
+            Command::AcquireProbe { key, lease_ms, .. } => {
+                key.check()?;
+                match lease_ms {
+                    Some(ms) if *ms == 0 || *ms > LEASE_MS_MAX => Err(CoreError::invalid(
+                        "lease_ms",
+                        format!("must be 1..={LEASE_MS_MAX}, got {ms}"),
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            Command::ReleaseProbe { key, .. } => key.check(),
             Command::Operate {
                 key,
                 action,

@@ -177,7 +177,11 @@ impl<L: LedgerStore> StateMachine<L> {
                 outcomes,
             } => self.report(namespace, replica, outcomes, now, events),
             Command::ReportBatch { reports } => Ok(self.report_batch(reports, now, events)),
-            Command::AcquireProbe { key, replica } => self.acquire_probe(key, replica, now, events),
+            Command::AcquireProbe {
+                key,
+                replica,
+                lease_ms,
+            } => self.acquire_probe(key, replica, *lease_ms, now, events),
             Command::ReleaseProbe {
                 key,
                 permit_id,

@@ -16,7 +16,6 @@ use super::operator::OperatorCommand;
 use super::{status, watch_stream};
 use crate::backend::Backend;
 use fusebox_core::breaker::{BreakerKey, BreakerState};
-use fusebox_core::limits::LEASE_MS_MAX;
 use fusebox_core::machine::{Answer, Command, ReportSummary, SharedStateMachine};
 use fusebox_core::{Namespace, ReplicaId, ServerName};
 use fusebox_proto::v1 as pb;
@@ -160,18 +159,13 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let ns = namespace(&req.namespace)?;
         let key = key_from_proto(&ns, req.key.as_ref())?;
         let replica = name("replica_id", &req.replica_id, ReplicaId::new)?;
-        if let Some(ms) = req.lease_ms {
-            if ms == 0 || ms > LEASE_MS_MAX {
-                let reason = format!("must be 1..={LEASE_MS_MAX}, got {ms}");
-                return Err(status::invalid_field("lease_ms", &reason));
-            }
-        }
         if let Some(denied) = self.server_out(&key).await? {
             return Ok(Response::new(denied));
         }
         let command = Command::AcquireProbe {
             key: key.clone(),
             replica,
+            lease_ms: req.lease_ms,
         };
         let applied = here_or_forward!(
             self,

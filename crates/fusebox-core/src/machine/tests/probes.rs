@@ -75,9 +75,20 @@ fn all_half_open() -> StateMachine {
 }
 
 fn acquire(sm: &mut StateMachine, key: BreakerKey, replica: &str, ms: u64) -> ProbeAnswer {
+    acquire_for(sm, key, replica, ms, None)
+}
+
+fn acquire_for(
+    sm: &mut StateMachine,
+    key: BreakerKey,
+    replica: &str,
+    ms: u64,
+    lease_ms: Option<u64>,
+) -> ProbeAnswer {
     let command = Command::AcquireProbe {
         key,
         replica: ReplicaId::new(replica).unwrap(),
+        lease_ms,
     };
     match sm.apply(&command, at(ms)).answer {
         Answer::Probe(answer) => answer,
@@ -128,4 +139,40 @@ fn a_lapsed_permit_holds_off_nothing() {
     granted(&acquire(&mut sm, tool_key("lookup"), "r1", 2_010));
     // The holder died: past its lease the server may be probed.
     granted(&acquire(&mut sm, server_key(), "r2", 5_011));
+}
+
+#[test]
+fn a_requested_probe_lease_holds_the_permit_for_the_call() {
+    let mut sm = all_half_open();
+    let key = tool_key("lookup");
+    // The policy's lease is 3 s; this probe's call may take 45 s.
+    let answer = acquire_for(&mut sm, key.clone(), "r1", 3_000, Some(45_000));
+    let ProbeAnswer::Granted { expires, .. } = answer else {
+        panic!("expected a permit, got {answer:?}");
+    };
+    assert_eq!(expires, at(48_000));
+    // Past the policy's 3 s the permit still holds: no second probe.
+    sm.apply(&Command::Tick, at(20_000));
+    let second = acquire(&mut sm, key.clone(), "r2", 20_000);
+    assert!(matches!(second, ProbeAnswer::Denied { .. }), "{second:?}");
+    // Past the requested lease it lapses, and another replica may probe.
+    for t in (30_000..=50_000).step_by(10_000) {
+        sm.apply(&Command::Tick, at(t));
+    }
+    let third = acquire(&mut sm, key, "r2", 50_000);
+    assert!(matches!(third, ProbeAnswer::Granted { .. }), "{third:?}");
+}
+
+#[test]
+fn a_probe_lease_out_of_range_is_refused() {
+    let mut sm = all_half_open();
+    for lease in [0, crate::limits::LEASE_MS_MAX + 1] {
+        let command = Command::AcquireProbe {
+            key: tool_key("lookup"),
+            replica: ReplicaId::new("r1").unwrap(),
+            lease_ms: Some(lease),
+        };
+        let answer = sm.apply(&command, at(3_000)).answer;
+        assert!(matches!(answer, Answer::Rejected(_)), "{lease}: {answer:?}");
+    }
 }
