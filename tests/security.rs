@@ -122,6 +122,26 @@ async fn a_tls_cluster_refuses_clients_in_the_clear_and_from_another_ca() {
     let plain = status_via(channel(&addr, None)).await;
     assert!(plain.is_err(), "plaintext client served: {plain:?}");
 
+    println!("phase: the CLI speaks TLS when given the CA, and says what to try when not");
+    let cli = |tls: &[&std::ffi::OsStr]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+            .args(["cluster", "status", "--endpoints", &addr])
+            .args(tls)
+            .output()
+            .expect("run fusebox")
+    };
+    let ca_file = certs.join("ca.pem");
+    let served = cli(&["--tls-ca".as_ref(), ca_file.as_os_str()]);
+    assert!(
+        served.status.success(),
+        "{}",
+        String::from_utf8_lossy(&served.stderr)
+    );
+    let in_clear = cli(&[]);
+    assert_eq!(in_clear.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&in_clear.stderr);
+    assert!(err.contains("--tls-ca"), "{err}");
+
     println!("phase: a client trusting another CA refuses the node's certificate");
     let other = tempfile::tempdir().unwrap();
     dev_certs(other.path(), 1);

@@ -35,6 +35,31 @@ fn report(text: &str) -> String {
         .join("\n")
 }
 
+/// Chaos seeds that once failed, each pinned with what it found:
+/// - 7035: a member cut off from its leader kept heartbeating over a frozen
+///   view, so replicas' views never converged (fixed by ending watches on a
+///   node out of touch with its leader).
+///
+/// Seed 8263 (a replica without the policy yet began a non-idempotent charge
+/// as read-only, and its retry took the lapsed lease over: the charge ran
+/// twice) passes in release builds but cannot be pinned here: in this debug
+/// build it trips openraft's debug assertion during membership churn (issue
+/// 18, item 8), like seed 110. Its cause is pinned by unit tests instead
+/// (`ledger_scenarios.rs`, and `as_write` in the SDK's `write.rs`).
+const REGRESSION_SEEDS: [&str; 1] = ["7035"];
+
+#[test]
+fn seeds_that_found_bugs_stay_fixed() {
+    for seed in REGRESSION_SEEDS {
+        let (ok, text) = simulation(&["--seed", seed, "--summary-only"]);
+        assert!(
+            ok && text.contains("\"passed\":true"),
+            "seed {seed}: {}",
+            report(&text)
+        );
+    }
+}
+
 #[test]
 fn a_batch_of_chaos_seeds_keeps_every_invariant() {
     let (ok, text) = simulation(&["--seeds", CI_SEEDS]);

@@ -128,7 +128,15 @@ impl Failure {
             Some(Detail::PolicyInvalid(p)) => p.problems,
             _ => Vec::new(),
         };
-        let message = if problems.is_empty() {
+        // A node serving TLS drops a client speaking in the clear, which
+        // then sees only a broken HTTP/2 connection: say what to try.
+        let broken_connection = code.is_none() && status.message().starts_with("h2 protocol error");
+        let message = if broken_connection {
+            format!(
+                "{what}: {} (the connection broke; if the cluster serves TLS, pass --tls-ca)",
+                status.message()
+            )
+        } else if problems.is_empty() {
             format!("{what}: {}", status.message())
         } else {
             format!(
@@ -137,8 +145,13 @@ impl Failure {
                 problems.len()
             )
         };
+        let kind = if broken_connection {
+            ExitKind::Unavailable
+        } else {
+            ExitKind::of_status(status.code())
+        };
         Failure {
-            kind: ExitKind::of_status(status.code()),
+            kind,
             code,
             message,
             problems,

@@ -27,6 +27,7 @@ use fusebox_proto::v1::complete_request::Outcome as Completion;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use sha2::{Digest, Sha256};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One write intent: the tool, its idempotency key, its target and the
@@ -127,7 +128,10 @@ impl Client {
         Fut: Future<Output = Result<WriteSuccess, ToolFailure>>,
     {
         let tool = &request.tool;
-        let policy = self.open_intent(journey, tool)?;
+        let policy = as_write(self.open_intent(journey, tool)?);
+        // `open_intent` checks the kill switch for tools whose policy says
+        // they write; a write is a write whatever the view says.
+        self.refuse_if_blocked(tool)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -389,6 +393,22 @@ impl Client {
 }
 
 /// How a classified failure is recorded.
+/// The policy a write goes by. A tool called through `write` is a write,
+/// whatever effect its policy resolves to: a replica whose view has not yet
+/// received the namespace's policy resolves every tool to the built-in
+/// `read_only`, and a write recorded in the ledger as read-only (so
+/// idempotent) was taken over once its lease lapsed and ran twice (chaos
+/// seed 8263). So only a declared idempotent write keeps that effect;
+/// anything else is treated as non-idempotent.
+fn as_write(policy: Arc<ToolPolicy>) -> Arc<ToolPolicy> {
+    if policy.effect.is_write() {
+        return policy;
+    }
+    let mut write = (*policy).clone();
+    write.effect = EffectClass::NonIdempotentWrite;
+    Arc::new(write)
+}
+
 fn settle_failure(failure: ToolFailure) -> Settled {
     let ToolFailure {
         class,
@@ -443,6 +463,39 @@ fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fusebox_core::policy::PolicyDocument;
+    use fusebox_core::{ServerName, ToolName};
+
+    #[test]
+    fn a_write_is_non_idempotent_unless_declared_idempotent() {
+        // What a view without the namespace's policy resolves: read-only.
+        let unknown = PolicyDocument::default().tool_policy(
+            &ServerName::new("billing").unwrap(),
+            &ToolName::new("charge").unwrap(),
+        );
+        assert_eq!(unknown.effect, EffectClass::ReadOnly);
+        let effect = |e: EffectClass| {
+            let mut p = unknown.clone();
+            p.effect = e;
+            as_write(Arc::new(p)).effect
+        };
+        assert_eq!(
+            effect(EffectClass::ReadOnly),
+            EffectClass::NonIdempotentWrite
+        );
+        assert_eq!(
+            effect(EffectClass::ExpensiveRead),
+            EffectClass::NonIdempotentWrite
+        );
+        assert_eq!(
+            effect(EffectClass::IdempotentWrite),
+            EffectClass::IdempotentWrite
+        );
+        assert_eq!(
+            effect(EffectClass::NonIdempotentWrite),
+            EffectClass::NonIdempotentWrite
+        );
+    }
 
     #[test]
     fn a_write_whose_request_left_without_an_answer_is_ambiguous() {

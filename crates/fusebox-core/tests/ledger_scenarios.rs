@@ -345,6 +345,36 @@ fn a_lapsed_lease_on_an_idempotent_write_may_be_taken_over() {
     );
 }
 
+/// Chaos seed 8263: a replica that had not yet received the policy began a
+/// charge as read-only; once its lease lapsed, the retry (now knowing the
+/// charge is non-idempotent) was let take it over and the charge ran twice.
+/// A takeover needs both the record and the new attempt to be idempotent.
+#[test]
+fn a_lapsed_lease_is_not_taken_over_by_an_attempt_that_says_it_is_not_idempotent() {
+    for first in [EffectClass::ReadOnly, EffectClass::IdempotentWrite] {
+        let mut sm = StateMachine::new();
+        begin(&mut sm, begin_req("k", "a1", first), 0);
+        let b = begin(
+            &mut sm,
+            begin_req("k", "a2", EffectClass::NonIdempotentWrite),
+            10_000,
+        );
+        assert!(
+            matches!(b, BeginAnswer::Ambiguous { .. }),
+            "{first:?}: {b:?}"
+        );
+        let again = begin(
+            &mut sm,
+            begin_req("k", "a3", EffectClass::IdempotentWrite),
+            10_001,
+        );
+        assert!(
+            matches!(again, BeginAnswer::Ambiguous { .. }),
+            "ambiguity is sticky: {again:?}"
+        );
+    }
+}
+
 #[test]
 fn resolve_not_done_releases_and_abandoned_is_final() {
     let mut sm = StateMachine::new();

@@ -193,8 +193,22 @@ pub fn begin(
                 (changed, answer)
             }
             // Lapsed lease on an idempotent write: the backend dedups by key,
-            // so a new attempt may take it over.
-            _ => stored_started(restart(record, req, now), true),
+            // so a new attempt may take it over, if the new attempt agrees it
+            // is idempotent. A caller that says the write is not (the record
+            // was begun under a looser effect, say by a replica that had not
+            // yet received the policy) gets the conservative answer: the
+            // earlier attempt's outcome is unknown.
+            _ if req.effect.is_idempotent() => stored_started(restart(record, req, now), true),
+            _ => {
+                record.status = Status::Ambiguous;
+                record.ambiguity = Some(AmbiguityCause::LeaseExpired);
+                record.lease_until = None;
+                record.updated_at = now;
+                let answer = BeginAnswer::Ambiguous {
+                    record: Box::new(record.clone()),
+                };
+                (Some(record), answer)
+            }
         },
         Status::Ambiguous => {
             let answer = BeginAnswer::Ambiguous {
