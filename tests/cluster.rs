@@ -9,7 +9,11 @@ mod support;
 
 use fusebox_proto::v1::begin_response::Outcome;
 use fusebox_proto::v1::breakers_client::BreakersClient;
-use fusebox_proto::v1::{LookupRequest, WatchRequest};
+use fusebox_proto::v1::cluster_client::ClusterClient;
+use fusebox_proto::v1::{
+    LookupRequest, Outcome as Reported, OutcomeClass, ReportOutcomesRequest,
+    ReportOutcomesResponse, TransferLeaderRequest, WatchRequest,
+};
 use std::time::Duration;
 use support::ledger::begin_request;
 use support::TestCluster;
@@ -238,4 +242,79 @@ async fn a_node_cut_off_from_its_leader_stops_vouching_for_its_watches() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(served, "node {cut_off} never served a watch again");
+}
+
+/// A report batch resent after a lost answer is not counted twice (issue
+/// 18): the replica's last counted batch number is replicated state, so the
+/// resend is recognised through a forwarding follower and by a new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_report_batch_is_counted_once_through_any_node_and_leader() {
+    let cluster = TestCluster::start(3);
+    let leader = cluster
+        .wait_leader(&[1, 2, 3], Duration::from_secs(30))
+        .await;
+    let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
+    let batch = |batch_seq: u64| ReportOutcomesRequest {
+        namespace: NS.into(),
+        replica_id: "replica-1".into(),
+        batch_seq,
+        outcomes: (0..3)
+            .map(|_| Reported {
+                server: "billing".into(),
+                tool: "charge".into(),
+                // Successes: they never trip the breaker, so nothing is
+                // fenced off as stale and the counts below are exact.
+                class: OutcomeClass::Success as i32,
+                duration_ms: 100,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let report = |via: u64, batch_seq: u64| {
+        let cluster = &cluster;
+        async move {
+            let mut client = BreakersClient::new(cluster.channel(via).await);
+            let mut last = None;
+            for _ in 0..50 {
+                match client.report_outcomes(batch(batch_seq)).await {
+                    Ok(r) => return r.into_inner(),
+                    Err(e) => last = Some(e),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!("report through node {via} never answered: {last:?}");
+        }
+    };
+    let counted = |r: &ReportOutcomesResponse| (r.accepted, r.ignored);
+
+    println!("phase: batch 7 through the leader counts");
+    assert_eq!(counted(&report(leader, 7).await), (3, 0));
+    println!("phase: batch 7 again through a follower is a resend");
+    assert_eq!(counted(&report(followers[0], 7).await), (0, 3));
+
+    println!("phase: leadership moves; the new leader knows batch 7 too");
+    let to = followers[1];
+    let mut admin = ClusterClient::new(cluster.channel(followers[0]).await);
+    admin
+        .transfer_leader(TransferLeaderRequest {
+            to,
+            ..Default::default()
+        })
+        .await
+        .expect("transfer leadership");
+    assert_eq!(
+        cluster
+            .wait_leader(&[1, 2, 3], Duration::from_secs(30))
+            .await,
+        to
+    );
+    assert_eq!(counted(&report(to, 7).await), (0, 3));
+    assert_eq!(
+        counted(&report(leader, 6).await),
+        (0, 3),
+        "an older batch is a resend too"
+    );
+    println!("phase: the next batch counts");
+    assert_eq!(counted(&report(leader, 8).await), (3, 0));
 }

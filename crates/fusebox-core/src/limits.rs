@@ -53,6 +53,12 @@ pub const CLOCK_STEP_MS_MAX: u64 = 60_000;
 /// How many times as far as its entries' stamps moved the state clock may
 /// move: a stamp that jumped ahead is caught up on at ten times real time.
 pub const CLOCK_CATCH_UP_RATE: u64 = 10;
+/// Most replicas whose last counted report batch is remembered (to drop a
+/// resent batch); past it the least recently reporting one is forgotten.
+pub const REPORT_MARKS_MAX: usize = 65_536;
+/// How long a replica's last batch number is remembered without a new
+/// report, in milliseconds (an hour: resends come within seconds).
+pub const REPORT_MARK_IDLE_MS: u64 = 3_600_000;
 /// Longest an operator may force a breaker open for, in milliseconds (30 days).
 pub const FORCE_OPEN_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
 /// Most expired timers one `Tick` command processes; the rest wait for the next.

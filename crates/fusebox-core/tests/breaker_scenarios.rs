@@ -409,6 +409,7 @@ fn report(sm: &mut StateMachine, who: u32, outcomes: Vec<OutcomeReport>, at: u64
     let cmd = Command::ReportOutcomes {
         namespace: fusebox_core::Namespace::new("agents").unwrap(),
         replica: replica(who),
+        batch_seq: 0,
         outcomes,
     };
     let applied = sm.apply(&cmd, Timestamp(at));
@@ -591,6 +592,7 @@ fn a_report_batch_applies_like_its_reports_in_order() {
         .map(|who| Report {
             namespace: ns.clone(),
             replica: replica(who),
+            batch_seq: 0,
             outcomes: vec![
                 outcome("tax", OutcomeClass::Timeout, &one_by_one),
                 outcome("rates", OutcomeClass::Success, &one_by_one),
@@ -602,6 +604,7 @@ fn a_report_batch_applies_like_its_reports_in_order() {
         let cmd = Command::ReportOutcomes {
             namespace: r.namespace.clone(),
             replica: r.replica.clone(),
+            batch_seq: 0,
             outcomes: r.outcomes.clone(),
         };
         match one_by_one.apply(&cmd, Timestamp(5_000)).answer {

@@ -29,7 +29,8 @@
 //! 7. **refusals**: a rejected command changes nothing but the clock; a tick
 //!    repeated at the same time fires nothing;
 //! 8. **the clock** never goes back, never passes an entry's stamp, moves at
-//!    most one step per entry and follows stamps at a normal pace exactly.
+//!    most one step per entry and follows stamps at a normal pace exactly;
+//! 9. **resent reports**: a numbered batch applied again changes nothing.
 //!
 //! Each checker is a plain function returning `Result<(), String>`; the
 //! `checker_catches_*` tests feed them deliberately broken histories to show
@@ -924,6 +925,29 @@ fn check_tick_idempotent(sm: &StateMachine, at: Timestamp) -> Result<(), String>
     Ok(())
 }
 
+/// Invariant 9: a numbered report batch resent (its answer was lost)
+/// changes nothing and announces nothing.
+fn check_resend_changes_nothing(
+    sm: &StateMachine,
+    command: &Command,
+    at: Timestamp,
+) -> Result<(), String> {
+    let Command::ReportOutcomes { batch_seq, .. } = command else {
+        return Ok(());
+    };
+    if *batch_seq == 0 {
+        return Ok(());
+    }
+    let mut again = sm.clone();
+    let applied = again.apply(command, at);
+    if again != *sm || !applied.events.is_empty() {
+        return Err(format!(
+            "batch {batch_seq} resent changed the state: {applied:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// Invariant 8: the state clock never goes back, never passes the entry's
 /// stamp, moves at most one step per entry, and follows a stamp that moved
 /// at a normal pace exactly (`clock.rs`).
@@ -1093,6 +1117,8 @@ impl<'a> Run<'a> {
             } => Command::ReportOutcomes {
                 namespace: ns(*n),
                 replica: replica(*r),
+                // Growing per replica, as the SDK numbers its batches.
+                batch_seq: self.trace.len() as u64 + 1,
                 outcomes: outcomes
                     .iter()
                     .map(|o| outcome_report(&self.sm, *n, o))
@@ -1231,6 +1257,7 @@ impl<'a> Run<'a> {
         self.check_breakers(&applied)?;
         self.check_ledger(&command, &applied.answer)?;
         self.note_probe(&command, &applied.answer);
+        check_resend_changes_nothing(&self.sm, &command, at)?;
         if matches!(command, Command::Tick) {
             check_tick_idempotent(&self.sm, at)?;
         }
@@ -1549,6 +1576,7 @@ fn tripped_machine() -> (StateMachine, Vec<WatchEvent>) {
         let report = Command::ReportOutcomes {
             namespace: ns(0),
             replica: replica(0),
+            batch_seq: 0,
             outcomes: vec![timeout_on_t0(&sm)],
         };
         events.extend(sm.apply(&report, Timestamp(0)).events);
@@ -1588,6 +1616,29 @@ fn checker_catches_a_clock_that_jumps_lags_or_goes_back() {
     assert!(err.contains("passed the stamp"), "{err}");
     let err = check_clock(t, Some(t), Timestamp(5), Timestamp(5)).unwrap_err();
     assert!(err.contains("went back"), "{err}");
+}
+
+#[test]
+fn checker_catches_a_resent_batch_counted_twice() {
+    let (sm, _) = tripped_machine();
+    let outcomes = vec![timeout_on_t0(&sm)];
+    let command = |batch_seq| Command::ReportOutcomes {
+        namespace: ns(0),
+        replica: replica(1),
+        batch_seq,
+        outcomes: outcomes.clone(),
+    };
+    let mut counted = sm.clone();
+    counted.apply(&command(7), Timestamp(5_000));
+    assert_eq!(
+        check_resend_changes_nothing(&counted, &command(7), Timestamp(5_000)),
+        Ok(())
+    );
+    // An unnumbered batch is counted every time, which the checker skips;
+    // a state where the mark is missing shows as a changed state.
+    let forgetful = sm.clone();
+    let err = check_resend_changes_nothing(&forgetful, &command(7), Timestamp(5_000)).unwrap_err();
+    assert!(err.contains("changed the state"), "{err}");
 }
 
 #[test]

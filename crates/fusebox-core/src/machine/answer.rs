@@ -20,6 +20,8 @@ pub struct ReportSummary {
     pub ignored: u32,
     /// Outcomes dropped because the namespace holds its maximum of breakers.
     pub dropped_limit: u32,
+    /// Outcomes of a batch counted before (a resend after a lost answer).
+    pub duplicate: u32,
 }
 
 /// The typed answer to one command.

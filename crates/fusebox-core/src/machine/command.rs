@@ -64,6 +64,9 @@ pub enum Command {
         namespace: Namespace,
         /// The reporting replica.
         replica: ReplicaId,
+        /// The replica's batch number, growing (0: unnumbered); a batch at
+        /// or below the last one counted is a resend and counts nothing.
+        batch_seq: u64,
         /// The outcomes, at most [`crate::limits::BATCH_OUTCOMES_MAX`].
         outcomes: Vec<OutcomeReport>,
     },
@@ -186,6 +189,8 @@ pub struct Report {
     pub namespace: Namespace,
     /// The reporting replica.
     pub replica: ReplicaId,
+    /// The replica's batch number, growing (0: unnumbered).
+    pub batch_seq: u64,
     /// The outcomes.
     pub outcomes: Vec<OutcomeReport>,
 }

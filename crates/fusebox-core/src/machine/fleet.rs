@@ -4,6 +4,7 @@
 use super::answer::Answer;
 use super::clock::StateClock;
 use super::namespace::NamespaceState;
+use super::report_marks::ReportMarks;
 use super::state_machine::StateMachine;
 use super::watch_event::WatchEvent;
 use crate::breaker::{Breaker, BreakerKey};
@@ -31,6 +32,7 @@ pub struct Fleet {
     pub(super) revision: u64,
     pub(super) clock: StateClock,
     pub(super) tools: ToolRegistry,
+    pub(super) report_marks: ReportMarks,
 }
 
 impl Fleet {
@@ -73,6 +75,11 @@ impl Fleet {
                 "breaker counts disagree with breakers".into(),
             ));
         }
+        if !self.report_marks.consistent() {
+            return Err(CoreError::Snapshot(
+                "report marks disagree with their age index".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -104,7 +111,11 @@ impl<L: LedgerStore> StateMachine<L> {
         self.update_penalties(&penalized, now, events);
         let budget = TICK_TIMERS_MAX.saturating_sub(due.len());
         let ledger = self.ledger.tick(now, budget);
-        let timers = u32::try_from(due.len() + ledger).unwrap_or(u32::MAX);
+        let marks = self
+            .fleet
+            .report_marks
+            .expire(now, budget.saturating_sub(ledger));
+        let timers = u32::try_from(due.len() + ledger + marks).unwrap_or(u32::MAX);
         Answer::Ticked { timers }
     }
 }

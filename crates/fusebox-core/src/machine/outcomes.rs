@@ -18,14 +18,25 @@ use std::collections::{BTreeMap, BTreeSet};
 impl<L: LedgerStore> StateMachine<L> {
     /// One replica's report. Outcomes a full namespace cannot take are
     /// counted as dropped, not refused: the rest of the batch still counts.
+    /// A batch the replica's mark says was counted already (a resend)
+    /// changes nothing (`report_marks.rs`).
     pub(super) fn report(
         &mut self,
         ns: &Namespace,
         replica: &ReplicaId,
+        batch_seq: u64,
         outcomes: &[OutcomeReport],
         now: Timestamp,
         events: &mut Vec<WatchEvent>,
     ) -> Result<Answer, CoreError> {
+        if self.fleet.report_marks.is_repeat(ns, replica, batch_seq) {
+            let duplicate = u32::try_from(outcomes.len()).unwrap_or(u32::MAX);
+            return Ok(Answer::Reported(ReportSummary {
+                duplicate,
+                ..ReportSummary::default()
+            }));
+        }
+        self.fleet.report_marks.note(ns, replica, batch_seq, now);
         // One clone per batch: the breakers below borrow `self` mutably.
         let document = self.policy_document(ns).clone();
         let mut resolved: BTreeMap<(ServerName, ToolName), ToolPolicy> = BTreeMap::new();
@@ -96,13 +107,20 @@ impl<L: LedgerStore> StateMachine<L> {
     ) -> Answer {
         let answers = reports
             .iter()
-            .map(
-                |r| match self.report(&r.namespace, &r.replica, &r.outcomes, now, events) {
+            .map(|r| {
+                match self.report(
+                    &r.namespace,
+                    &r.replica,
+                    r.batch_seq,
+                    &r.outcomes,
+                    now,
+                    events,
+                ) {
                     Ok(Answer::Reported(summary)) => Ok(summary),
                     Ok(_) => Err(CoreError::invalid("reports", "unexpected answer")),
                     Err(e) => Err(e),
-                },
-            )
+                }
+            })
             .collect();
         Answer::ReportedBatch(answers)
     }

@@ -174,8 +174,9 @@ impl<L: LedgerStore> StateMachine<L> {
             Command::ReportOutcomes {
                 namespace,
                 replica,
+                batch_seq,
                 outcomes,
-            } => self.report(namespace, replica, outcomes, now, events),
+            } => self.report(namespace, replica, *batch_seq, outcomes, now, events),
             Command::ReportBatch { reports } => Ok(self.report_batch(reports, now, events)),
             Command::AcquireProbe {
                 key,

@@ -130,6 +130,7 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let command = Command::ReportOutcomes {
             namespace: ns,
             replica: batch.replica,
+            batch_seq: req.batch_seq,
             outcomes: reports,
         };
         let applied = here_or_forward!(

@@ -117,6 +117,7 @@ impl Backend for RaftBackend {
                 Command::ReportOutcomes {
                     namespace,
                     replica,
+                    batch_seq,
                     outcomes,
                 },
                 Some(coalescer),
@@ -124,6 +125,7 @@ impl Backend for RaftBackend {
                 let report = Report {
                     namespace,
                     replica,
+                    batch_seq,
                     outcomes,
                 };
                 coalescer.submit(report).await

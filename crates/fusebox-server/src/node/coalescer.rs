@@ -186,6 +186,7 @@ mod tests {
         Report {
             namespace: Namespace::new("agents").unwrap(),
             replica: ReplicaId::new(replica).unwrap(),
+            batch_seq: 0,
             outcomes: Vec::new(),
         }
     }

@@ -59,6 +59,7 @@ fn all_half_open() -> StateMachine {
     let report = Command::ReportOutcomes {
         namespace: ns(),
         replica: ReplicaId::new("r0").unwrap(),
+        batch_seq: 0,
         outcomes: vec![
             failure("lookup"),
             failure("lookup"),

@@ -96,6 +96,7 @@ fn report(name: &str, duration_ms: u64, count: usize) -> Command {
     Command::ReportOutcomes {
         namespace: ns(),
         replica: ReplicaId::new("r1").unwrap(),
+        batch_seq: 0,
         outcomes: vec![outcome; count],
     }
 }
@@ -343,6 +344,7 @@ fn a_tool_within_its_promise_is_not_penalized_and_unknown_tools_are_still_observ
         Command::ReportOutcomes {
             namespace,
             replica,
+            batch_seq: 0,
             mut outcomes,
         } => {
             outcomes
@@ -351,6 +353,7 @@ fn a_tool_within_its_promise_is_not_penalized_and_unknown_tools_are_still_observ
             Command::ReportOutcomes {
                 namespace,
                 replica,
+                batch_seq: 0,
                 outcomes,
             }
         }

@@ -145,7 +145,8 @@ pub fn reports_as_given(pending: Vec<PendingOutcome>) -> Vec<OutcomeReport> {
 
 /// What the cluster did with a batch. The core counts breaker updates (a
 /// server's and a tool's per outcome); an outcome counts as ignored when
-/// either of its updates was fenced off or dropped, rounded up.
+/// either of its updates was fenced off or dropped, rounded up, and every
+/// outcome of a resent batch (counted before) is ignored.
 pub fn report_to_proto(
     summary: &ReportSummary,
     sent: usize,
@@ -157,6 +158,7 @@ pub fn report_to_proto(
         .stale
         .saturating_add(summary.dropped_limit)
         .div_ceil(2)
+        .saturating_add(summary.duplicate)
         .min(sent);
     pb::ReportOutcomesResponse {
         accepted: sent - fenced,
