@@ -128,10 +128,14 @@ impl Failure {
             Some(Detail::PolicyInvalid(p)) => p.problems,
             _ => Vec::new(),
         };
-        // A node serving TLS drops a client speaking in the clear, which
-        // then sees only a broken HTTP/2 connection: say what to try.
-        let broken_connection = code.is_none() && status.message().starts_with("h2 protocol error");
-        let message = if broken_connection {
+        // A status made on this side of the wire (it has an underlying
+        // error) means the connection failed, not the cluster: the node is
+        // unreachable. A node serving TLS drops a client speaking in the
+        // clear, which then sees only a broken connection (an HTTP/2 error,
+        // a cancelled call, a transport error): say what to try.
+        let broken_connection = code.is_none() && std::error::Error::source(status).is_some();
+        let timed_out = status.message().contains("Timeout expired");
+        let message = if broken_connection && !timed_out {
             format!(
                 "{what}: {} (the connection broke; if the cluster serves TLS, pass --tls-ca)",
                 status.message()
