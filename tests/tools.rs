@@ -360,7 +360,7 @@ fn check_import_verdicts(reply: &Value) {
     let message = stale["message"].as_str().unwrap();
     let prefix = format!("observed_at {}T", days_ago(120).get(..10).unwrap());
     assert!(
-        message.starts_with(&prefix) && message.contains(" ms old at "),
+        message.starts_with(&prefix) && message.contains(" is 120 days old at "),
         "{message}"
     );
     assert!(

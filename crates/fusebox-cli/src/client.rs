@@ -139,6 +139,30 @@ impl ClientArgs {
     }
 }
 
+/// The name of the OS account this process runs as, from `/etc/passwd`
+/// (Unix only; `None` when it cannot be told).
+fn os_account() -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // `/proc/self` belongs to the process's user.
+        let uid = std::fs::metadata("/proc/self").ok()?.uid();
+        account_named(&std::fs::read_to_string("/etc/passwd").ok()?, uid)
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// The account with `uid` in a passwd file's text.
+fn account_named(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id: u32 = fields.nth(1)?.parse().ok()?;
+        (id == uid && !name.is_empty()).then(|| name.to_owned())
+    })
+}
+
 /// A channel to the leader, when `here` names one other than itself and it
 /// answers.
 async fn leader_channel(here: &Channel, tls: Option<&TlsConnector>) -> Option<Channel> {
@@ -174,14 +198,18 @@ pub struct Session {
 }
 
 impl Session {
-    /// The operator acting: `--actor`, `FUSEBOX_ACTOR`, else `USER`.
+    /// The operator acting: `--actor`, `FUSEBOX_ACTOR`, else `USER`, else
+    /// `LOGNAME`, else the OS account this process runs as (containers
+    /// often set neither variable).
     pub fn actor(&self) -> anyhow::Result<String> {
+        let named = |a: String| Some(a.trim().to_owned()).filter(|a| !a.is_empty());
         let actor = self
             .actor
             .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .map(|a| a.trim().to_owned())
-            .filter(|a| !a.is_empty());
+            .and_then(named)
+            .or_else(|| std::env::var("USER").ok().and_then(named))
+            .or_else(|| std::env::var("LOGNAME").ok().and_then(named))
+            .or_else(os_account);
         let Some(actor) = actor else {
             let message = "no operator identity: pass --actor NAME or set FUSEBOX_ACTOR";
             return Err(Failure::bad_input(message).into());
@@ -224,5 +252,19 @@ impl Session {
     /// A Cluster client.
     pub fn cluster(&self) -> ClusterClient<Channel> {
         ClusterClient::new(self.channel.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_account_is_found_by_uid_in_a_passwd_file() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nops:x:1000:1000::/home/ops:/bin/sh\n";
+        assert_eq!(account_named(passwd, 1000).as_deref(), Some("ops"));
+        assert_eq!(account_named(passwd, 0).as_deref(), Some("root"));
+        assert_eq!(account_named(passwd, 7), None);
+        assert_eq!(account_named("garbage\n::\n", 0), None);
     }
 }

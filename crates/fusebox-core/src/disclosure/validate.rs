@@ -13,7 +13,7 @@ use super::{
     DAY_MS, DEADLINE_FACTOR_DEN, DEADLINE_FACTOR_NUM, FRESHNESS_DAYS_MAX, OBSERVED_AT_SKEW_MS_MAX,
     P99_BINDING_SAMPLES_MIN,
 };
-use crate::time::Timestamp;
+use crate::time::{span_text, Timestamp};
 
 /// Judges `block` at the instant `now`: every broken rule, its freshness,
 /// whether its p99 binds, and so whether it yields a deadline.
@@ -97,9 +97,11 @@ fn check_observed_at(
     let ahead_ms = observed.millis_since(now);
     if ahead_ms > OBSERVED_AT_SKEW_MS_MAX {
         let message = format!(
-            "observed_at {text} is {ahead_ms} ms after now ({}), beyond the \
-             {OBSERVED_AT_SKEW_MS_MAX} ms of clock skew tolerated",
-            format_utc(now)
+            "observed_at {text} is {} after now ({}), beyond the \
+             {} of clock skew tolerated",
+            span_text(ahead_ms),
+            format_utc(now),
+            span_text(OBSERVED_AT_SKEW_MS_MAX)
         );
         let problem = DisclosureProblem::new(Rule::ObservedAtFuture, "observed_at", message);
         return (Freshness::FromFuture { ahead_ms }, Some(problem));
@@ -109,8 +111,9 @@ fn check_observed_at(
         return (Freshness::Fresh { age_ms }, None);
     }
     let message = format!(
-        "observed_at {text} is {age_ms} ms old at {}, older than the \
+        "observed_at {text} is {} old at {}, older than the \
          {FRESHNESS_DAYS_MAX}-day freshness ceiling; treat the disclosure as missing",
+        span_text(age_ms),
         format_utc(now)
     );
     let problem = DisclosureProblem::new(Rule::Stale, "observed_at", message);

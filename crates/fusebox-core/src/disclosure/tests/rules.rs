@@ -63,15 +63,15 @@ fn each_rule_broken_once_gives_exactly_its_problem() {
             |b| b.observed_at = "2026-04-22T00:10:00Z".into(),
             DisclosureRule::ObservedAtFuture,
             "observed_at",
-            "observed_at 2026-04-22T00:10:00Z is 600000 ms after now (2026-04-22T00:00:00Z), \
-          beyond the 300000 ms of clock skew tolerated"
+            "observed_at 2026-04-22T00:10:00Z is 10 min after now (2026-04-22T00:00:00Z), \
+          beyond the 5 min of clock skew tolerated"
                 .into(),
         ),
         (
             |b| b.observed_at = "2026-01-21T00:00:00Z".into(),
             DisclosureRule::Stale,
             "observed_at",
-            "observed_at 2026-01-21T00:00:00Z is 7862400000 ms old at 2026-04-22T00:00:00Z, older \
+            "observed_at 2026-01-21T00:00:00Z is 91 days old at 2026-04-22T00:00:00Z, older \
           than the 90-day freshness ceiling; treat the disclosure as missing"
                 .into(),
         ),
