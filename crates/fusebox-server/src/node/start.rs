@@ -40,6 +40,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::transport::server::Router;
 
 /// Why a node could not start.
 #[derive(Debug, Error)]
@@ -363,7 +364,7 @@ fn spawn_grpc(
     (listener, tls): (Box<dyn Listener>, Option<TlsAcceptor>),
     forward_tls: Option<TlsConnector>,
     shared_raft: Option<RaftService>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     // One forwarder (one header, one set of deadlines, one channel cache)
     // for every service that hands requests to the leader.
@@ -390,16 +391,27 @@ fn spawn_grpc(
         health_reporter
             .set_serving::<ClusterServer<ClusterService>>()
             .await;
-        let shutdown = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = router
-            .serve_with_incoming_shutdown(incoming(listener, tls), shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "grpc server stopped");
-        }
+        serve(router, listener, tls, stop, "grpc").await;
     })
+}
+
+/// Serves `router` on `listener` until `stop` turns true.
+async fn serve(
+    router: Router,
+    listener: Box<dyn Listener>,
+    tls: Option<TlsAcceptor>,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
+) {
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = router
+        .serve_with_incoming_shutdown(incoming(listener, tls), shutdown)
+        .await
+    {
+        tracing::error!(error = %e, server = what, "grpc server stopped");
+    }
 }
 
 /// The peer listener: the Raft transport alone.
@@ -407,22 +419,12 @@ fn spawn_peer_grpc(
     raft: RaftService,
     listener: Box<dyn Listener>,
     tls: Option<TlsAcceptor>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
         .add_service(raft_server(raft));
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = router
-            .serve_with_incoming_shutdown(incoming(listener, tls), shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "peer grpc server stopped");
-        }
-    })
+    tokio::spawn(serve(router, listener, tls, stop, "peer grpc"))
 }
 
 async fn spawn_http(
