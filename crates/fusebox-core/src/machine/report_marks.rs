@@ -24,7 +24,7 @@ type Reporter = (Namespace, ReplicaId);
 ///
 /// The field order is the snapshot encoding's: do not reorder.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportMarks {
+pub(crate) struct ReportMarks {
     marks: BTreeMap<Reporter, (u64, Timestamp)>,
     by_age: BTreeSet<(Timestamp, Reporter)>,
 }
@@ -87,13 +87,9 @@ impl ReportMarks {
     }
 
     /// How many replicas have a mark.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.marks.len()
-    }
-
-    /// Whether no replica has a mark.
-    pub fn is_empty(&self) -> bool {
-        self.marks.is_empty()
     }
 }
 

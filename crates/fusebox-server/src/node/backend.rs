@@ -14,7 +14,7 @@ use fusebox_proto::net::Net;
 use fusebox_raft_store::{Member, Request, StateStore, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
-use openraft::{Instant as _, Raft, ReadPolicy};
+use openraft::{Raft, ReadPolicy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -187,40 +187,28 @@ impl Backend for RaftBackend {
     }
 
     fn is_member(&self) -> bool {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        metrics
-            .membership_config
-            .membership()
-            .get_node(&metrics.id)
-            .is_some()
+        let m = self.raft.metrics().borrow_watched().clone();
+        m.membership_config.membership().get_node(&m.id).is_some()
     }
 
     fn out_of_touch(&self) -> Option<String> {
-        if !self.is_member() {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        if membership.get_node(&m.id).is_none() {
             return Some(
                 "this node is not a member of the cluster (removed, or not yet added)".into(),
             );
         }
-        let m = self.raft.metrics().borrow_watched().clone();
         let max = self.contact_max_ms;
         if m.current_leader == Some(m.id) {
-            let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
-            if voters == [m.id] {
-                return None;
-            }
-            let acked = m.last_quorum_acked.map(|t| t.elapsed().as_millis());
-            return match acked {
-                Some(ms) if ms <= u128::from(max) => None,
-                _ => Some(format!(
-                    "this leader has had no quorum acknowledge it for over {max} ms"
-                )),
-            };
+            let voters: Vec<u64> = membership.voter_ids().collect();
+            let now = self.env.now_ms();
+            return (!self.contact.quorum_within(&voters, m.id, now, max)).then(|| {
+                format!("this leader has had no quorum acknowledge it for over {max} ms")
+            });
         }
-        match self.contact.silent_for_ms(self.env.now_ms()) {
-            Some(ms) if ms <= max => None,
-            Some(ms) => Some(format!("this node has not heard from a leader for {ms} ms")),
-            None => Some("this node has not heard from a leader since it started".into()),
-        }
+        let silent = self.contact.silent_for_ms(self.env.now_ms());
+        (silent > max).then(|| format!("this node has not heard from a leader for {silent} ms"))
     }
 
     fn net(&self) -> Net {

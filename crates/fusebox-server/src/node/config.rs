@@ -197,11 +197,22 @@ impl NodeConfig {
     /// Secure by default: a listener beyond loopback needs TLS (clients) or
     /// peer TLS (members), unless `insecure` is set.
     fn check_exposure(&self) -> Result<(), String> {
-        if self.insecure {
-            return Ok(());
+        match self.clear_exposures().into_iter().next() {
+            Some(problem) if !self.insecure => Err(problem),
+            _ => Ok(()),
         }
+    }
+
+    /// Whether this node serves a non-loopback address in the clear.
+    pub fn exposed_in_clear(&self) -> bool {
+        !self.clear_exposures().is_empty()
+    }
+
+    /// Every listener beyond loopback without TLS, each with what to give.
+    fn clear_exposures(&self) -> Vec<String> {
+        let mut found = Vec::new();
         if !self.listen.ip().is_loopback() && self.tls.is_none() {
-            return Err(format!(
+            found.push(format!(
                 "listen {} is not a loopback address and the API has no TLS: \
                  give --tls-cert/--tls-key/--tls-ca, or --insecure to serve it in the clear",
                 self.listen
@@ -209,19 +220,12 @@ impl NodeConfig {
         }
         let peer = self.peer_listen.unwrap_or(self.listen);
         if !peer.ip().is_loopback() && self.peer_tls.is_none() {
-            return Err(format!(
+            found.push(format!(
                 "the Raft transport listens on {peer}, not a loopback address, without peer TLS: \
                  give --peer-listen with --peer-cert/--peer-key/--peer-ca, or --insecure"
             ));
         }
-        Ok(())
-    }
-
-    /// Whether this node serves a non-loopback address in the clear.
-    pub fn exposed_in_clear(&self) -> bool {
-        let peer = self.peer_listen.unwrap_or(self.listen);
-        (!self.listen.ip().is_loopback() && self.tls.is_none())
-            || (!peer.ip().is_loopback() && self.peer_tls.is_none())
+        found
     }
 
     /// Parses `1=127.0.0.1:7601,2=127.0.0.1:7602` (or, with peer

@@ -137,11 +137,14 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         metrics: metrics.clone(),
     }));
     let tls = Tls::load(&config)?;
+    let contact = Arc::new(LeaderContact::starting_at(env.now_ms()));
     let network = Network {
         cluster_id: config.cluster_id.clone(),
         me: config.id,
         net: env.net.clone(),
         tls: tls.peer_client.clone(),
+        contact: contact.clone(),
+        clock: env.clock.clone(),
     };
     // openraft draws election timeouts from a generator seeded here, and
     // every task Raft spawns inherits a seed derived from it.
@@ -175,7 +178,7 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         metrics: metrics.clone(),
         reports: Some(reports),
         env: env.clone(),
-        contact: Arc::new(LeaderContact::default()),
+        contact,
         contact_max_ms: config
             .timing
             .election_max_ms

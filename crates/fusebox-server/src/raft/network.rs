@@ -10,6 +10,8 @@ use crate::limits::{
     RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, REPLICATION_BATCH_BYTES_MAX,
     SNAPSHOT_CHUNK_BYTES,
 };
+use crate::node::contact::LeaderContact;
+use crate::node::Clock;
 use fusebox_proto::net::Net;
 use fusebox_proto::tls::TlsConnector;
 use fusebox_proto::v1::raft_client::RaftClient;
@@ -41,6 +43,10 @@ pub struct Network {
     pub net: Net,
     /// Mutual TLS to peers (this node's peer certificate, the cluster CA).
     pub tls: Option<TlsConnector>,
+    /// Where peers' acknowledgements of this node as leader are recorded.
+    pub contact: Arc<LeaderContact>,
+    /// The node's wall clock, to stamp them.
+    pub clock: Clock,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -56,6 +62,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             addr: node.peer_addr.clone(),
             net: self.net.clone(),
             tls: self.tls.clone(),
+            contact: self.contact.clone(),
+            clock: self.clock.clone(),
             client: None,
         }
     }
@@ -67,6 +75,8 @@ pub struct Connection {
     addr: String,
     net: Net,
     tls: Option<TlsConnector>,
+    contact: Arc<LeaderContact>,
+    clock: Clock,
     client: Option<RaftClient<Channel>>,
 }
 
@@ -147,6 +157,10 @@ impl RaftNetworkV2<TypeConfig> for Connection {
                 c.append_entries(m).await
             })
             .await?;
+        // Anything but a higher vote: the peer follows this node as leader.
+        if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
+            self.contact.acked_by(self.route.to, (self.clock)());
+        }
         Ok(match (response, cut_after) {
             (AppendEntriesResponse::Success, Some(last)) => {
                 AppendEntriesResponse::PartialSuccess(Some(last))

@@ -15,6 +15,7 @@ use openraft::raft::{
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use openraft::{Raft, Snapshot};
 use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
@@ -54,7 +55,7 @@ impl RaftService {
     }
 
     /// Checks the header, and that the sender is the member it says.
-    fn open(&self, message: &RaftMessage, sender: Option<u64>) -> Result<(), Status> {
+    fn open(&self, message: &RaftMessage, sender: &Sender) -> Result<(), Status> {
         codec::check_header(message.header.as_ref(), &self.cluster_id, self.me)?;
         self.check_sender(
             message.header.as_ref().map_or(0, |h| h.from_node_id),
@@ -64,16 +65,18 @@ impl RaftService {
 
     /// With peer TLS, the certificate must name a node, and the node the
     /// header says sent the message.
-    fn check_sender(&self, claimed: u64, certified: Option<u64>) -> Result<(), Status> {
+    fn check_sender(&self, claimed: u64, sender: &Sender) -> Result<(), Status> {
         if !self.member_certs {
             return Ok(());
         }
-        match certified {
+        let (from, name) = (sender.remote, sender.name.as_deref().unwrap_or("-"));
+        match sender.node {
             Some(id) if id == claimed => Ok(()),
             Some(id) => {
                 tracing::warn!(
                     certified = id,
                     claimed,
+                    ?from,
                     "raft message from a member posing as another refused"
                 );
                 Err(Status::permission_denied(
@@ -81,7 +84,12 @@ impl RaftService {
                 ))
             }
             None => {
-                tracing::warn!(claimed, "raft message without a member certificate refused");
+                tracing::warn!(
+                    claimed,
+                    ?from,
+                    certificate = name,
+                    "raft message without a member certificate refused"
+                );
                 Err(Status::permission_denied(
                     "raft traffic needs a member's peer certificate",
                 ))
@@ -90,9 +98,21 @@ impl RaftService {
     }
 }
 
-/// The node id the connection's verified peer certificate names.
-fn certified<T>(request: &Request<T>) -> Option<u64> {
-    ConnInfo::identity_of(request).and_then(PeerIdentity::node_id)
+/// Who sent a message: the node its verified peer certificate names, the
+/// certificate's name and the connection's address (for the refusal log).
+struct Sender {
+    node: Option<u64>,
+    name: Option<String>,
+    remote: Option<SocketAddr>,
+}
+
+fn certified<T>(request: &Request<T>) -> Sender {
+    let identity = ConnInfo::identity_of(request);
+    Sender {
+        node: identity.and_then(PeerIdentity::node_id),
+        name: identity.and_then(PeerIdentity::name).map(str::to_owned),
+        remote: request.extensions().get::<ConnInfo>().map(|c| c.remote),
+    }
 }
 
 #[tonic::async_trait]
@@ -103,7 +123,7 @@ impl RaftRpc for RaftService {
     ) -> Result<Response<RaftMessage>, Status> {
         let sender = certified(&request);
         let message = request.into_inner();
-        self.open(&message, sender)?;
+        self.open(&message, &sender)?;
         let rpc: AppendEntriesRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.append_entries(rpc).await.map_err(fatal)?;
         // Anything but a higher vote means the sender is the leader this
@@ -117,7 +137,7 @@ impl RaftRpc for RaftService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let sender = certified(&request);
         let message = request.into_inner();
-        self.open(&message, sender)?;
+        self.open(&message, &sender)?;
         let rpc: VoteRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.vote(rpc).await.map_err(fatal)?;
         self.reply(&resp)
@@ -128,7 +148,7 @@ impl RaftRpc for RaftService {
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftMessage>, Status> {
         let sender = certified(&request);
-        let (vote, meta, bytes) = self.receive_snapshot(request.into_inner(), sender).await?;
+        let (vote, meta, bytes) = self.receive_snapshot(request.into_inner(), &sender).await?;
         let snapshot = Snapshot {
             meta,
             snapshot: snapshot_data(bytes),
@@ -150,7 +170,7 @@ impl RaftRpc for RaftService {
     ) -> Result<Response<RaftMessage>, Status> {
         let sender = certified(&request);
         let message = request.into_inner();
-        self.open(&message, sender)?;
+        self.open(&message, &sender)?;
         let rpc: TransferLeaderRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.handle_transfer_leader(rpc).await.map_err(fatal)?;
         self.reply(&resp)
@@ -163,7 +183,7 @@ impl RaftService {
     async fn receive_snapshot(
         &self,
         mut stream: Streaming<SnapshotChunk>,
-        sender: Option<u64>,
+        sender: &Sender,
     ) -> Result<(VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>), Status> {
         let first = stream
             .next()
