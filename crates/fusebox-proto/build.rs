@@ -15,6 +15,7 @@ const PROTO_FILES: &[&str] = &[
     "fusebox/v1/policy.proto",
     "fusebox/v1/tools.proto",
     "fusebox/v1/cluster.proto",
+    "fusebox/v1/auth.proto",
     "fusebox/v1/raft.proto",
 ];
 

@@ -8,9 +8,11 @@
 //! Raft timing and log compaction can be tuned per test.
 //!
 //! A cluster started with [`TestCluster::start_tls`] runs with TLS on
-//! both sides: certificates from `fusebox certs dev`, a peer listener per
-//! node with mutual TLS, and every channel the harness opens speaks TLS
-//! with the client certificate.
+//! both sides and with auth: certificates from `fusebox certs dev`, a peer
+//! listener per node with mutual TLS, every node given the same
+//! `--init-auth` token file, and every channel the harness opens speaks TLS
+//! with the client certificate, which names `fusebox://user/admin`, the
+//! admin principal `--init-auth` creates.
 //!
 //! Every wait takes a deadline and panics with what it was waiting for when
 //! the deadline passes; every gRPC call has a timeout.
@@ -74,6 +76,8 @@ pub struct TestCluster {
     timing: Option<Timing>,
     /// The certificates' directory, for a TLS cluster.
     pub certs: Option<PathBuf>,
+    /// The first admin token's file (`--init-auth`), for a TLS cluster.
+    pub admin_token: Option<PathBuf>,
     dir: tempfile::TempDir,
 }
 
@@ -137,11 +141,19 @@ impl TestCluster {
             dev_certs(&certs, n + SPARE_NODE_CERTS);
             certs
         });
+        let admin_token = tls.then(|| {
+            let file = dir.path().join("admin.token");
+            let (id, secret) = fusebox_server::api::auth::new_token().expect("draw a token");
+            let token = fusebox_core::auth::token_text(&id, &secret);
+            std::fs::write(&file, token).expect("write the admin token");
+            file
+        });
         let mut cluster = TestCluster {
             nodes: BTreeMap::new(),
             peers: String::new(),
             timing,
             certs,
+            admin_token,
             dir,
         };
         for id in 1..=n {
@@ -215,6 +227,9 @@ impl TestCluster {
                 .arg(file(format!("node-{id}-key.pem")))
                 .arg("--peer-ca")
                 .arg(file("ca.pem".into()));
+        }
+        if let Some(token) = &self.admin_token {
+            cmd.arg("--init-auth").arg(token);
         }
         cmd.env("RUST_LOG", "warn")
             .stdout(Stdio::null())

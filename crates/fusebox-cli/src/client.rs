@@ -12,8 +12,10 @@ use crate::limits::{
 };
 use clap::Args;
 use fusebox_core::limits::ID_BYTES_MAX;
+use fusebox_proto::bearer::Bearer;
 use fusebox_proto::net::Net;
 use fusebox_proto::tls::{ClientTlsFiles, TlsConnector};
+use fusebox_proto::v1::auth_client::AuthClient;
 use fusebox_proto::v1::breakers_client::BreakersClient;
 use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::ledger_client::LedgerClient;
@@ -22,6 +24,7 @@ use fusebox_proto::v1::tools_client::ToolsClient;
 use fusebox_proto::v1::{RequestMeta, StatusRequest};
 use std::path::PathBuf;
 use std::time::Duration;
+use tonic::codegen::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 /// What the CLI calls itself in `RequestMeta.caller`.
@@ -61,6 +64,17 @@ pub struct ClientArgs {
         requires = "tls_ca"
     )]
     pub tls_server_name: Option<String>,
+    /// The bearer token to call with (`fusebox auth issue` printed it).
+    #[arg(long, global = true, env = "FUSEBOX_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// A file holding the bearer token (instead of --token).
+    #[arg(
+        long,
+        global = true,
+        env = "FUSEBOX_TOKEN_FILE",
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<PathBuf>,
 }
 
 impl ClientArgs {
@@ -117,22 +131,36 @@ impl ClientArgs {
     /// reads may lag.
     pub async fn session(&self) -> anyhow::Result<Session> {
         let here = self.connect().await?;
-        let channel = match leader_channel(&here, self.tls()?.as_ref()).await {
+        let bearer = self.bearer()?;
+        let channel = match leader_channel(&here, &bearer, self.tls()?.as_ref()).await {
             Some(leader) => leader,
             None => here,
         };
-        Ok(self.bundle(channel))
+        Ok(self.bundle(channel, bearer))
     }
 
     /// Like [`ClientArgs::session`] but stays on the endpoint that answered,
     /// for commands that report what that node sees.
     pub async fn session_here(&self) -> anyhow::Result<Session> {
-        Ok(self.bundle(self.connect().await?))
+        let bearer = self.bearer()?;
+        Ok(self.bundle(self.connect().await?, bearer))
     }
 
-    fn bundle(&self, channel: Channel) -> Session {
+    /// The token every call carries, from --token or --token-file.
+    fn bearer(&self) -> anyhow::Result<Bearer> {
+        let token = match (&self.token, &self.token_file) {
+            (Some(token), _) => token.clone(),
+            (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
+                Failure::bad_input(format!("reading --token-file {}: {e}", file.display()))
+            })?,
+            (None, None) => return Ok(Bearer::none()),
+        };
+        Ok(Bearer::token(&token).map_err(|e| Failure::bad_input(format!("--token: {e}")))?)
+    }
+
+    fn bundle(&self, channel: Channel, bearer: Bearer) -> Session {
         Session {
-            channel,
+            channel: InterceptedService::new(channel, bearer),
             json: self.json,
             actor: self.actor.clone(),
         }
@@ -165,10 +193,14 @@ fn account_named(passwd: &str, uid: u32) -> Option<String> {
 
 /// A channel to the leader, when `here` names one other than itself and it
 /// answers.
-async fn leader_channel(here: &Channel, tls: Option<&TlsConnector>) -> Option<Channel> {
+async fn leader_channel(
+    here: &Channel,
+    bearer: &Bearer,
+    tls: Option<&TlsConnector>,
+) -> Option<Channel> {
     let mut request = tonic::Request::new(StatusRequest::default());
     request.set_timeout(Duration::from_millis(LEADER_LOOKUP_TIMEOUT_MS));
-    let status = ClusterClient::new(here.clone())
+    let status = ClusterClient::with_interceptor(here.clone(), bearer.clone())
         .status(request)
         .await
         .ok()?
@@ -190,8 +222,11 @@ fn with_timeouts(endpoint: Endpoint) -> Endpoint {
 }
 
 /// A connection to the cluster with the caller's settings.
+/// A channel whose every call carries the caller's token.
+pub type AuthedChannel = InterceptedService<Channel, Bearer>;
+
 pub struct Session {
-    channel: Channel,
+    channel: AuthedChannel,
     /// Print JSON instead of tables.
     pub json: bool,
     actor: Option<String>,
@@ -230,28 +265,33 @@ impl Session {
     }
 
     /// A Breakers client.
-    pub fn breakers(&self) -> BreakersClient<Channel> {
+    pub fn breakers(&self) -> BreakersClient<AuthedChannel> {
         BreakersClient::new(self.channel.clone())
     }
 
     /// A Ledger client.
-    pub fn ledger(&self) -> LedgerClient<Channel> {
+    pub fn ledger(&self) -> LedgerClient<AuthedChannel> {
         LedgerClient::new(self.channel.clone())
     }
 
     /// A Policy client.
-    pub fn policy(&self) -> PolicyClient<Channel> {
+    pub fn policy(&self) -> PolicyClient<AuthedChannel> {
         PolicyClient::new(self.channel.clone())
     }
 
     /// A Tools client.
-    pub fn tools(&self) -> ToolsClient<Channel> {
+    pub fn tools(&self) -> ToolsClient<AuthedChannel> {
         ToolsClient::new(self.channel.clone())
     }
 
     /// A Cluster client.
-    pub fn cluster(&self) -> ClusterClient<Channel> {
+    pub fn cluster(&self) -> ClusterClient<AuthedChannel> {
         ClusterClient::new(self.channel.clone())
+    }
+
+    /// An Auth client.
+    pub fn auth(&self) -> AuthClient<AuthedChannel> {
+        AuthClient::new(self.channel.clone())
     }
 }
 

@@ -11,6 +11,7 @@
 //! cluster refused or failed, 2 bad usage or input, 3 not found, 4 cluster
 //! unreachable or unavailable.
 
+mod auth_cmd;
 mod breakers_change;
 mod breakers_cmd;
 mod breakers_read;
@@ -68,6 +69,9 @@ enum Command {
     Tools(tools_cmd::ToolsArgs),
     /// Development certificates for a TLS cluster.
     Certs(certs_cmd::CertsArgs),
+    /// Who may call: principals, roles, namespaces and tokens.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Auth(auth_cmd::AuthArgs),
 }
 
 /// Whether the command asked for JSON (errors are then JSON too).
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
             Command::Killswitch(args) => killswitch_cmd::run(args).await,
             Command::Tools(args) => tools_cmd::run(args).await,
             Command::Certs(args) => certs_cmd::run(args).await,
+            Command::Auth(args) => auth_cmd::run(args).await,
         }
     });
     match result {

@@ -62,10 +62,19 @@ pub struct ServeArgs {
     /// The cluster's CA, which signed every member's peer certificate (PEM).
     #[arg(long, requires = "peer_cert")]
     peer_ca: Option<PathBuf>,
-    /// Serve a non-loopback address without TLS (a warning is logged at
-    /// every start).
+    /// Serve a non-loopback address without TLS or auth (a warning is
+    /// logged at every start).
     #[arg(long)]
     insecure: bool,
+    /// Require every caller to authenticate (a token or a client
+    /// certificate naming a principal), from the first request.
+    #[arg(long)]
+    auth: bool,
+    /// The first admin token's file (created with a fresh token if
+    /// missing): while the cluster has no admin, the leader issues it as
+    /// principal `admin` and switches enforcement on. Implies --auth.
+    #[arg(long, value_name = "FILE")]
+    init_auth: Option<PathBuf>,
 }
 
 fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
@@ -111,6 +120,10 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
     }
     config.join |= args.join;
     config.insecure |= args.insecure;
+    config.auth |= args.auth;
+    if let Some(file) = &args.init_auth {
+        config.init_auth = Some(file.clone());
+    }
     if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) {
         config.tls = Some(ApiTls {
             cert: cert.clone(),

@@ -44,6 +44,8 @@ fn fixture() -> Fixture {
         tls: None,
         peer_tls: None,
         insecure: false,
+        auth: false,
+        init_auth: None,
     };
     let client = runtime.block_on(async {
         let node = node::start(config).await.unwrap();

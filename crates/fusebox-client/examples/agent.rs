@@ -129,6 +129,8 @@ async fn embedded_node() -> (String, tempfile::TempDir) {
         tls: None,
         peer_tls: None,
         insecure: false,
+        auth: false,
+        init_auth: None,
     };
     let node = fusebox_server::node::start(config).await.unwrap();
     std::mem::forget(node);

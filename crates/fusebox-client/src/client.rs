@@ -67,6 +67,7 @@ impl Client {
             Duration::from_millis(config.connect_timeout_ms),
             &env.net,
             config.tls.as_ref(),
+            config.token.as_deref(),
         )?);
         let view = Arc::new(LocalView::new(
             config.namespace.clone(),

@@ -89,6 +89,10 @@ pub struct ClientConfig {
     /// for mutual TLS, this replica's certificate and key (none: plaintext,
     /// for a cluster on loopback). Reloaded when the files change.
     pub tls: Option<ClientTlsFiles>,
+    /// The bearer token every call carries (`fusebox auth issue` prints
+    /// one; an agent role over this namespace is what a replica needs).
+    /// None: calls are anonymous, for a cluster that does not require auth.
+    pub token: Option<String>,
 }
 
 impl ClientConfig {
@@ -117,6 +121,7 @@ impl ClientConfig {
             write_lease_margin_ms: 5_000,
             fleet_replicas: 1,
             tls: None,
+            token: None,
         })
     }
 

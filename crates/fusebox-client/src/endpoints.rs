@@ -9,6 +9,7 @@
 //! the server learns it through `grpc-timeout`.
 
 use crate::error::ClientError;
+use fusebox_proto::bearer::Bearer;
 use fusebox_proto::net::Net;
 use fusebox_proto::tls::{ClientTlsFiles, TlsConnector};
 use fusebox_proto::v1::fusebox_error_detail::Detail;
@@ -26,6 +27,7 @@ use tonic::{Code, Request, Response, Status};
 pub(crate) struct Endpoints {
     nodes: Vec<(String, Channel)>,
     preferred: AtomicUsize,
+    bearer: Bearer,
 }
 
 impl Endpoints {
@@ -35,7 +37,17 @@ impl Endpoints {
         connect_timeout: Duration,
         net: &Net,
         tls: Option<&ClientTlsFiles>,
+        token: Option<&str>,
     ) -> Result<Self, ClientError> {
+        let bearer = match token {
+            Some(token) => {
+                Bearer::token(token).map_err(|message| ClientError::InvalidArgument {
+                    field: "token".to_owned(),
+                    message,
+                })?
+            }
+            None => Bearer::none(),
+        };
         let tls = tls
             .map(|files| TlsConnector::load(files.clone()))
             .transpose()
@@ -61,6 +73,7 @@ impl Endpoints {
         Ok(Endpoints {
             nodes,
             preferred: AtomicUsize::new(0),
+            bearer,
         })
     }
 
@@ -69,6 +82,13 @@ impl Endpoints {
         let i = (self.preferred.load(Ordering::Relaxed) + offset) % self.nodes.len();
         let (address, channel) = &self.nodes[i];
         (i, address, channel.clone())
+    }
+
+    /// A request carrying this client's token.
+    pub(crate) fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        self.bearer.attach(&mut request);
+        request
     }
 
     /// Remembers the node that answered.
@@ -105,7 +125,7 @@ impl Endpoints {
                 break;
             }
             let (index, address, channel) = self.pick(offset);
-            let mut request = Request::new(message.clone());
+            let mut request = self.request(message.clone());
             request.set_timeout(left);
             let answer = tokio::time::timeout(left, f(channel, request)).await;
             match answer {

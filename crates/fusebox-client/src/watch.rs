@@ -75,9 +75,20 @@ impl WatchTask {
             replica_id: self.config.replica_id.to_string(),
         };
         let mut client = BreakersClient::new(channel);
+        let request = self.endpoints.request(request);
         let opened = tokio::time::timeout(self.config.rpc_timeout(), client.watch(request)).await;
         match opened {
             Ok(Ok(response)) => Some(response.into_inner()),
+            Ok(Err(status))
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) =>
+            {
+                // Retrying will not help until an operator acts: say so loudly.
+                tracing::warn!(code = ?status.code(), error = %status.message(), "watch refused: check this replica's token and its grant");
+                None
+            }
             Ok(Err(status)) => {
                 tracing::debug!(code = ?status.code(), error = %status.message(), "watch refused");
                 None

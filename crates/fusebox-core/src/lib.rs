@@ -30,6 +30,7 @@
 
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod breaker;
 pub mod disclosure;
 pub mod error;

@@ -40,6 +40,7 @@
 //! tonic-prost-build; see `build.rs`.
 #![deny(missing_docs)]
 
+pub mod bearer;
 pub mod net;
 pub mod tls;
 

@@ -85,6 +85,15 @@ impl PeerIdentity {
             .find_map(|uri| uri.strip_prefix("fusebox://node/")?.parse().ok())
     }
 
+    /// The principal a client certificate names (a `fusebox://user/<name>`
+    /// URI), if it names one.
+    pub fn user(&self) -> Option<&str> {
+        self.uris
+            .iter()
+            .find_map(|uri| uri.strip_prefix("fusebox://user/"))
+            .filter(|name| !name.is_empty())
+    }
+
     /// A short name for logs and audits: the node URI, else the first DNS
     /// name, else the first URI.
     pub fn name(&self) -> Option<&str> {

@@ -2,10 +2,10 @@
 //! names other languages will dial, and the embedded descriptor set is whole.
 
 use fusebox_proto::v1::{
-    begin_response, breakers_server, cluster_server, ledger_server, policy_server, raft_server,
-    tools_server, watch_event, BeginRequest, BeginResponse, BeginStarted, BreakerKey, BreakerState,
-    BreakerView, Effect, ErrorCode, FuseboxErrorDetail, KillSwitch, NotLeaderDetail, RequestMeta,
-    WatchEvent, WatchSnapshot, WindowCounts,
+    auth_server, begin_response, breakers_server, cluster_server, ledger_server, policy_server,
+    raft_server, tools_server, watch_event, BeginRequest, BeginResponse, BeginStarted, BreakerKey,
+    BreakerState, BreakerView, Effect, ErrorCode, FuseboxErrorDetail, KillSwitch, NotLeaderDetail,
+    RequestMeta, WatchEvent, WatchSnapshot, WindowCounts,
 };
 use prost::Message;
 
@@ -151,6 +151,7 @@ fn services_have_their_wire_names() {
     assert_eq!(cluster_server::SERVICE_NAME, "fusebox.v1.Cluster");
     assert_eq!(raft_server::SERVICE_NAME, "fusebox.v1.Raft");
     assert_eq!(tools_server::SERVICE_NAME, "fusebox.v1.Tools");
+    assert_eq!(auth_server::SERVICE_NAME, "fusebox.v1.Auth");
 }
 
 #[test]
@@ -162,6 +163,7 @@ fn descriptor_set_holds_every_file_and_service() {
     assert_eq!(
         files,
         [
+            "fusebox/v1/auth.proto",
             "fusebox/v1/breakers.proto",
             "fusebox/v1/cluster.proto",
             "fusebox/v1/common.proto",
@@ -179,7 +181,7 @@ fn descriptor_set_holds_every_file_and_service() {
     services.sort_unstable();
     assert_eq!(
         services,
-        ["Breakers", "Cluster", "Ledger", "Policy", "Raft", "Tools"]
+        ["Auth", "Breakers", "Cluster", "Ledger", "Policy", "Raft", "Tools"]
     );
     assert!(
         set.file.iter().all(|file| file.package() == "fusebox.v1"),

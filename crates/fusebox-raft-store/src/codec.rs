@@ -27,7 +27,10 @@ use std::io;
 ///
 /// 3: a member carries its peer address besides its API address, and the
 /// state's clock the stamp it last followed.
-pub(crate) const VALUE_FORMAT: u8 = 3;
+///
+/// 4: commands gained `Auth`, and the state its table of principals and
+/// hashed tokens.
+pub(crate) const VALUE_FORMAT: u8 = 4;
 
 /// The key of log entry `index`.
 pub(crate) fn index_key(index: u64) -> [u8; 8] {

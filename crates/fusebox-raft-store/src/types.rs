@@ -54,6 +54,7 @@ impl fmt::Display for Request {
             Command::SetKillSwitch { .. } => "set_kill_switch",
             Command::Tick => "tick",
             Command::ImportTools { .. } => "import_tools",
+            Command::Auth { .. } => "auth",
         };
         write!(f, "{kind} at {}", self.at_ms)
     }

@@ -3,6 +3,8 @@
 //! - [`api`]: the public gRPC services (`Breakers`, `Ledger`, `Policy`,
 //!   `Tools`), thin adapters between the wire and a [`backend::Backend`],
 //!   with leader forwarding.
+//! - [`auth`]: the guard in front of every service: each RPC's rule, who
+//!   the caller is, its role and namespaces.
 //! - [`backend`]: what the gRPC services need from a node (writes through the
 //!   log, reads at a consistency, watch subscriptions).
 //! - [`node`]: storage, Raft, the servers, the `Cluster` service and the
@@ -15,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod backend;
 pub mod limits;
 pub mod metrics;

@@ -144,3 +144,7 @@ pub const TLS_HANDSHAKES_IN_FLIGHT_MAX: usize = 256;
 /// past it, its state may be behind and its watch streams end. Three
 /// election timeouts outlast any normal election.
 pub const LEADER_CONTACT_ELECTIONS: u64 = 3;
+
+/// How often a node given `--init-auth` checks whether it leads and the
+/// cluster still lacks an admin, in ms.
+pub const INIT_AUTH_RETRY_MS: u64 = 500;

@@ -72,6 +72,8 @@ impl TestCluster {
                 tls: None,
                 peer_tls: None,
                 insecure: false,
+                auth: false,
+                init_auth: None,
             };
             nodes.push(node::start(config).await.unwrap());
             dirs.push(dir);

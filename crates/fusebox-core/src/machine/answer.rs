@@ -59,6 +59,11 @@ pub enum Answer {
     Rejected(CoreError),
     /// To `ImportTools`: what became of each tool, in manifest order.
     ToolsImported(Vec<ToolImported>),
+    /// To `Auth`: the table's version after the change.
+    AuthChanged {
+        /// [`crate::auth::AuthTable::version`] now.
+        version: u64,
+    },
 }
 
 /// The result of applying one command.

@@ -6,6 +6,7 @@
 //! (an entry comes from disk or a peer, and every replica must refuse it
 //! alike); the handlers behind it only `debug_assert!` what it checked.
 
+use crate::auth::AuthChange;
 use crate::breaker::BreakerKey;
 use crate::error::{check_len, check_max_len, CoreError};
 use crate::ledger::{BeginRequest, CompleteRequest, ResolveRequest};
@@ -180,6 +181,13 @@ pub enum Command {
         /// Who imported it.
         actor: String,
     },
+    /// Change who may call: principals, tokens, enforcement.
+    Auth {
+        /// The change.
+        change: AuthChange,
+        /// Who made it (the authenticated caller).
+        actor: String,
+    },
 }
 
 /// One replica's outcome report, as a [`Command::ReportBatch`] carries it.
@@ -244,6 +252,10 @@ impl Command {
             | Command::SetKillSwitch { actor, reason, .. } => check_change(actor, reason),
             Command::Tick => Ok(()),
             Command::ImportTools { tools, actor, .. } => check_import(tools, actor),
+            Command::Auth { change, actor } => {
+                check_len("actor", actor, ID_BYTES_MAX)?;
+                change.validate()
+            }
         }
     }
 }

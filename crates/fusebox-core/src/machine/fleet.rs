@@ -7,6 +7,7 @@ use super::namespace::NamespaceState;
 use super::report_marks::ReportMarks;
 use super::state_machine::StateMachine;
 use super::watch_event::WatchEvent;
+use crate::auth::AuthTable;
 use crate::breaker::{Breaker, BreakerKey};
 use crate::error::CoreError;
 use crate::ledger::LedgerStore;
@@ -33,6 +34,7 @@ pub struct Fleet {
     pub(super) clock: StateClock,
     pub(super) tools: ToolRegistry,
     pub(super) report_marks: ReportMarks,
+    pub(super) auth: AuthTable,
 }
 
 impl Fleet {

@@ -24,7 +24,7 @@ use crate::name::Namespace;
 use sha2::{Digest, Sha256};
 
 /// The snapshot format this build writes and reads.
-pub const SNAPSHOT_FORMAT: u8 = 4;
+pub const SNAPSHOT_FORMAT: u8 = 5;
 
 fn corrupt(what: impl Into<String>) -> CoreError {
     CoreError::Snapshot(what.into())

@@ -8,6 +8,7 @@ use super::fleet::{breaker_policy_in, min_server, Fleet};
 use super::namespace::NamespaceState;
 use super::policy::PolicyChange;
 use super::watch_event::WatchEvent;
+use crate::auth::AuthTable;
 use crate::breaker::{Breaker, BreakerKey, BreakerView};
 use crate::error::CoreError;
 use crate::ledger::{BoxedLedger, Ledger, LedgerStore};
@@ -96,6 +97,11 @@ impl<L: LedgerStore> StateMachine<L> {
     /// The ledger.
     pub fn ledger(&self) -> &L {
         &self.ledger
+    }
+
+    /// Who may call: principals, hashed tokens, whether enforcement is on.
+    pub fn auth(&self) -> &AuthTable {
+        &self.fleet.auth
     }
 
     /// The tools registry: imported manifests and observed latency.
@@ -226,6 +232,12 @@ impl<L: LedgerStore> StateMachine<L> {
                 tools,
                 actor,
             } => self.import_tools(namespace, server, tools, actor, now, events),
+            Command::Auth { change, actor } => {
+                self.fleet.auth.apply(change, actor, now)?;
+                Ok(Answer::AuthChanged {
+                    version: self.fleet.auth.version(),
+                })
+            }
         }
     }
 }

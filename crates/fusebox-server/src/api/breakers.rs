@@ -83,9 +83,9 @@ impl<B: Backend> Breakers for BreakersService<B> {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let (_, ns) = self.gateway.admit(&request, &request.get_ref().namespace)?;
         let req = request.into_inner();
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         if !req.replica_id.is_empty() {
             name("replica_id", &req.replica_id, ReplicaId::new)?;
         }
@@ -99,8 +99,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::ReportOutcomesRequest>,
     ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let batch = batch_from_proto(req)?;
         let (sent, unclassified) = (batch.outcomes.len(), batch.unclassified);
         if sent == 0 {
@@ -156,8 +156,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::AcquireProbeRequest>,
     ) -> Result<Response<pb::AcquireProbeResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let key = key_from_proto(&ns, req.key.as_ref())?;
         let replica = name("replica_id", &req.replica_id, ReplicaId::new)?;
         if let Some(denied) = self.server_out(&key).await? {
@@ -191,8 +191,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::ReleaseProbeRequest>,
     ) -> Result<Response<pb::ReleaseProbeResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let key = key_from_proto(&ns, req.key.as_ref())?;
         let permit_id = outcomes::permit_id(&req.permit_id)?;
         let Some(outcome) = outcomes::outcome_class(req.outcome) else {
@@ -231,8 +231,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::GetBreakerRequest>,
     ) -> Result<Response<pb::GetBreakerResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let key = key_from_proto(&ns, req.key.as_ref())?;
         let (breaker, revision) = self
             .gateway
@@ -248,6 +248,7 @@ impl<B: Backend> Breakers for BreakersService<B> {
         &self,
         request: Request<pb::ListBreakersRequest>,
     ) -> Result<Response<pb::ListBreakersResponse>, Status> {
+        self.gateway.admit(&request, &request.get_ref().namespace)?;
         let query = ListQuery::from_proto(request.get_ref())?;
         let page = self.gateway.read_local(move |s| query.run(s)).await?;
         Ok(Response::new(page))
@@ -257,7 +258,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         &self,
         request: Request<pb::ForceOpenRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
-        let served = OperatorCommand::force_open(request.get_ref())?
+        let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
+        let served = OperatorCommand::force_open(request.get_ref(), &caller)?
             .run(&self.gateway)
             .await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::force_open);
@@ -268,7 +270,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         &self,
         request: Request<pb::ResetBreakerRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
-        let served = OperatorCommand::reset(request.get_ref())?
+        let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
+        let served = OperatorCommand::reset(request.get_ref(), &caller)?
             .run(&self.gateway)
             .await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::reset);
@@ -279,7 +282,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         &self,
         request: Request<pb::DisableBreakerRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
-        let served = OperatorCommand::disable(request.get_ref())?
+        let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
+        let served = OperatorCommand::disable(request.get_ref(), &caller)?
             .run(&self.gateway)
             .await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::disable);
@@ -290,7 +294,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         &self,
         request: Request<pb::SetMetricsOnlyRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
-        let served = OperatorCommand::metrics_only(request.get_ref())?
+        let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
+        let served = OperatorCommand::metrics_only(request.get_ref(), &caller)?
             .run(&self.gateway)
             .await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::set_metrics_only);
@@ -302,8 +307,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::BreakerHistoryRequest>,
     ) -> Result<Response<pb::BreakerHistoryResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let key = key_from_proto(&ns, req.key.as_ref())?;
         let below = number_token("page_token", &req.page_token)?;
         let limit = page_limit(req.limit);

@@ -13,6 +13,7 @@
 //! every service of a node.
 
 use super::status::not_leader;
+use crate::auth::{Caller, Via, FORWARDED_CALLER_HEADER};
 use crate::limits::{
     FORWARD_CHANNELS_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_TIMEOUT_DEFAULT_MS,
     FORWARD_TIMEOUT_MAX_MS,
@@ -164,11 +165,23 @@ impl Forwarder {
 }
 
 /// The same message and caller metadata, marked as forwarded, with a
-/// deadline.
+/// deadline. A bearer token travels on and the leader judges it itself; a
+/// caller this node recognised by its client certificate is named in
+/// [`FORWARDED_CALLER_HEADER`], which the leader accepts only because this
+/// node's own certificate shows it is a member.
 fn outgoing_request<Req>(request: Request<Req>, deadline: Duration) -> Request<Req> {
-    let (mut metadata, _, message) = request.into_parts();
+    let (mut metadata, extensions, message) = request.into_parts();
     for header in TRANSPORT_HEADERS {
         metadata.remove(header);
+    }
+    metadata.remove(FORWARDED_CALLER_HEADER);
+    let by_certificate = extensions
+        .get::<Caller>()
+        .filter(|c| c.via == Via::Certificate)
+        .and_then(|c| c.name.as_deref())
+        .and_then(|name| MetadataValue::try_from(name).ok());
+    if let Some(name) = by_certificate {
+        metadata.insert(FORWARDED_CALLER_HEADER, name);
     }
     metadata.insert(FORWARDED_HEADER, MetadataValue::from_static("1"));
     let mut outgoing = Request::from_parts(metadata, Default::default(), message);

@@ -6,10 +6,13 @@
 //! forwards the original request). Keeping that in one place means every
 //! RPC maps the same failure to the same status.
 
+use super::convert;
 use super::forward::Forwarder;
 use super::status;
+use crate::auth::Caller;
 use crate::backend::{Backend, BackendError, Consistency};
 use fusebox_core::machine::{Answer, Applied, Command, SharedStateMachine};
+use fusebox_core::Namespace;
 use std::future::Future;
 use std::sync::Arc;
 use tonic::transport::Channel;
@@ -37,6 +40,10 @@ pub enum Served<T> {
 pub struct Gateway<B> {
     backend: B,
     forwarder: Arc<Forwarder>,
+    /// Whether every request must carry a [`Caller`] from the guard (a
+    /// node's services); without it, a request with none is the anonymous
+    /// open caller (the API layer's own tests).
+    guarded: bool,
 }
 
 impl<B: Clone> Clone for Gateway<B> {
@@ -44,6 +51,7 @@ impl<B: Clone> Clone for Gateway<B> {
         Gateway {
             backend: self.backend.clone(),
             forwarder: Arc::clone(&self.forwarder),
+            guarded: self.guarded,
         }
     }
 }
@@ -57,7 +65,43 @@ impl<B: Backend> Gateway<B> {
 
     /// A gateway sharing a forwarder (and its channel cache) with others.
     pub fn with_forwarder(backend: B, forwarder: Arc<Forwarder>) -> Self {
-        Gateway { backend, forwarder }
+        Gateway {
+            backend,
+            forwarder,
+            guarded: false,
+        }
+    }
+
+    /// The same gateway, refusing any request the guard did not admit.
+    pub fn guarded(mut self) -> Self {
+        self.guarded = true;
+        self
+    }
+
+    /// Who sent `request`, as the guard recognised it.
+    pub fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        match Caller::of(request) {
+            Some(caller) => Ok(caller.clone()),
+            None if !self.guarded => Ok(Caller::open()),
+            None => {
+                tracing::error!("a request reached a service without passing the guard");
+                Err(Status::internal("request not admitted by the guard"))
+            }
+        }
+    }
+
+    /// The caller of a namespaced request and the namespace, validated;
+    /// PERMISSION_DENIED if the caller holds no grant for it. Every
+    /// namespaced RPC calls this before reading anything else.
+    pub fn admit<T>(
+        &self,
+        request: &Request<T>,
+        namespace: &str,
+    ) -> Result<(Caller, Namespace), Status> {
+        let caller = self.caller(request)?;
+        let ns = convert::namespace(namespace)?;
+        caller.require(&ns)?;
+        Ok((caller, ns))
     }
 
     /// The backend, for watch subscriptions.

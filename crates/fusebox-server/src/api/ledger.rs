@@ -11,7 +11,7 @@ use super::convert::ledger::{
     begin_from_proto, begin_to_proto, complete_from_proto, list_from_proto, record_to_proto,
     resolve_from_proto, status_name,
 };
-use super::convert::{meta, namespace, required};
+use super::convert::{meta, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::{Backend, Consistency};
@@ -77,6 +77,7 @@ impl<B: Backend> Ledger for LedgerService<B> {
         &self,
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
+        self.gateway.admit(&request, &request.get_ref().namespace)?;
         // The kill switch is checked by the state machine, in log order.
         let (ns, begin) = begin_from_proto(request.get_ref())?;
         let (key, attempt) = (begin.key.clone(), begin.attempt.clone());
@@ -101,6 +102,7 @@ impl<B: Backend> Ledger for LedgerService<B> {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
+        self.gateway.admit(&request, &request.get_ref().namespace)?;
         let (ns, complete) = complete_from_proto(request.get_ref())?;
         let (key, attempt) = (complete.key.clone(), complete.attempt.clone());
         let command = Command::Complete {
@@ -133,8 +135,8 @@ impl<B: Backend> Ledger for LedgerService<B> {
         request: Request<pb::LookupRequest>,
     ) -> Result<Response<pb::LookupResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         required("key", &req.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
         let (lookup_ns, key, wall) = (ns.clone(), req.key.clone(), self.gateway.backend().now_ms());
         let read = self
@@ -168,6 +170,7 @@ impl<B: Backend> Ledger for LedgerService<B> {
         &self,
         request: Request<pb::ListRecordsRequest>,
     ) -> Result<Response<pb::ListRecordsResponse>, Status> {
+        self.gateway.admit(&request, &request.get_ref().namespace)?;
         let (ns, filter) = list_from_proto(request.get_ref())?;
         let (lookup_ns, wall) = (ns.clone(), self.gateway.backend().now_ms());
         let page = self
@@ -199,7 +202,8 @@ impl<B: Backend> Ledger for LedgerService<B> {
         &self,
         request: Request<pb::ResolveRequest>,
     ) -> Result<Response<pb::ResolveResponse>, Status> {
-        let (ns, resolve) = resolve_from_proto(request.get_ref())?;
+        let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
+        let (ns, resolve) = resolve_from_proto(request.get_ref(), &caller)?;
         let key = resolve.key.clone();
         tracing::info!(namespace = %ns, key = %key, actor = %resolve.actor, decision = ?resolve.decision, "ledger resolve");
         let command = Command::Resolve {

@@ -44,6 +44,7 @@ macro_rules! here_or_forward {
     };
 }
 
+pub mod auth;
 pub mod breakers;
 pub mod convert;
 pub mod forward;
@@ -55,6 +56,7 @@ pub mod status;
 pub mod tools;
 pub mod watch_stream;
 
+pub use auth::AuthService;
 pub use breakers::BreakersService;
 pub use forward::Forwarder;
 pub use gateway::Gateway;

@@ -6,6 +6,7 @@ use super::convert::breakers::{key_from_proto, view_to_proto};
 use super::convert::{actor, bounded, meta, namespace, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
+use crate::auth::Caller;
 use crate::backend::Backend;
 use fusebox_core::breaker::BreakerKey;
 use fusebox_core::limits::{FORCE_OPEN_MS_MAX, REASON_BYTES_MAX};
@@ -29,18 +30,20 @@ struct Common<'a> {
     meta: Option<&'a pb::RequestMeta>,
     key: Option<&'a pb::BreakerKey>,
     actor: &'a str,
+    caller: &'a Caller,
     reason: &'a str,
     expected_generation: Option<u64>,
 }
 
 /// The [`Common`] fields of any of the four operator requests.
 macro_rules! common {
-    ($req:expr) => {
+    ($req:expr, $caller:expr) => {
         Common {
             namespace: &$req.namespace,
             meta: $req.meta.as_ref(),
             key: $req.key.as_ref(),
             actor: &$req.actor,
+            caller: $caller,
             reason: &$req.reason,
             expected_generation: $req.expected_generation,
         }
@@ -49,7 +52,7 @@ macro_rules! common {
 
 impl OperatorCommand {
     /// `ForceOpen`: a reason is required, a duration is optional but bounded.
-    pub fn force_open(req: &pb::ForceOpenRequest) -> Result<Self, Status> {
+    pub fn force_open(req: &pb::ForceOpenRequest, caller: &Caller) -> Result<Self, Status> {
         required("reason", &req.reason, REASON_BYTES_MAX)?;
         if let Some(ms) = req.duration_ms {
             if ms == 0 || ms > FORCE_OPEN_MS_MAX {
@@ -60,22 +63,22 @@ impl OperatorCommand {
         let action = OperatorAction::ForceOpen {
             for_ms: req.duration_ms,
         };
-        Self::validated(common!(req), action)
+        Self::validated(common!(req, caller), action)
     }
 
     /// `Reset`.
-    pub fn reset(req: &pb::ResetBreakerRequest) -> Result<Self, Status> {
-        Self::validated(common!(req), OperatorAction::Reset)
+    pub fn reset(req: &pb::ResetBreakerRequest, caller: &Caller) -> Result<Self, Status> {
+        Self::validated(common!(req, caller), OperatorAction::Reset)
     }
 
     /// `Disable`.
-    pub fn disable(req: &pb::DisableBreakerRequest) -> Result<Self, Status> {
-        Self::validated(common!(req), OperatorAction::Disable)
+    pub fn disable(req: &pb::DisableBreakerRequest, caller: &Caller) -> Result<Self, Status> {
+        Self::validated(common!(req, caller), OperatorAction::Disable)
     }
 
     /// `SetMetricsOnly`.
-    pub fn metrics_only(req: &pb::SetMetricsOnlyRequest) -> Result<Self, Status> {
-        Self::validated(common!(req), OperatorAction::MetricsOnly)
+    pub fn metrics_only(req: &pb::SetMetricsOnlyRequest, caller: &Caller) -> Result<Self, Status> {
+        Self::validated(common!(req, caller), OperatorAction::MetricsOnly)
     }
 
     fn validated(c: Common<'_>, action: OperatorAction) -> Result<Self, Status> {
@@ -86,7 +89,7 @@ impl OperatorCommand {
         Ok(OperatorCommand {
             key,
             action,
-            actor: actor(c.actor, c.meta)?,
+            actor: actor(c.caller, c.actor, c.meta)?,
             reason: c.reason.to_owned(),
             expected_generation: c.expected_generation,
         })

@@ -9,7 +9,7 @@
 use super::convert::policy::{
     draft_to_proto, format_from_proto, kill_switch_to_proto, version_to_proto,
 };
-use super::convert::{actor, bounded, meta, namespace, number_token, page_limit, required};
+use super::convert::{actor, bounded, meta, number_token, page_limit, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
@@ -129,10 +129,10 @@ impl<B: Backend> Policy for PolicyService<B> {
         request: Request<pb::ApplyPolicyRequest>,
     ) -> Result<Response<pb::ApplyPolicyResponse>, Status> {
         let req = request.get_ref();
+        let (caller, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let format = format_from_proto(req.format)?;
-        let who = actor(&req.actor, req.meta.as_ref())?;
+        let who = actor(&caller, &req.actor, req.meta.as_ref())?;
         bounded("reason", &req.reason, REASON_BYTES_MAX)?;
         let document = parse_off_workers(req.document.clone(), format).await?;
         let current = self.current(&ns).await?;
@@ -187,8 +187,8 @@ impl<B: Backend> Policy for PolicyService<B> {
         request: Request<pb::GetPolicyRequest>,
     ) -> Result<Response<pb::GetPolicyResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let policy = self.version(&ns, req.version).await?;
         Ok(Response::new(pb::GetPolicyResponse {
             policy: Some(policy),
@@ -200,8 +200,8 @@ impl<B: Backend> Policy for PolicyService<B> {
         request: Request<pb::PolicyHistoryRequest>,
     ) -> Result<Response<pb::PolicyHistoryResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let below = number_token("page_token", &req.page_token)?;
         let (limit, documents) = (page_limit(req.limit), req.include_documents);
         let lookup = ns.clone();
@@ -217,8 +217,8 @@ impl<B: Backend> Policy for PolicyService<B> {
         request: Request<pb::RollbackPolicyRequest>,
     ) -> Result<Response<pb::RollbackPolicyResponse>, Status> {
         let req = request.get_ref();
+        let (caller, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         if req.version == 0 {
             return Err(status::invalid_argument(
                 "version",
@@ -226,7 +226,7 @@ impl<B: Backend> Policy for PolicyService<B> {
                 "must name a stored version (1 or more)",
             ));
         }
-        let who = actor(&req.actor, req.meta.as_ref())?;
+        let who = actor(&caller, &req.actor, req.meta.as_ref())?;
         bounded("reason", &req.reason, REASON_BYTES_MAX)?;
         tracing::info!(namespace = %ns, actor = %who, to_version = req.version, "rolling policy back");
         let command = Command::RollbackPolicy {
@@ -251,9 +251,9 @@ impl<B: Backend> Policy for PolicyService<B> {
         request: Request<pb::SetKillSwitchRequest>,
     ) -> Result<Response<pb::SetKillSwitchResponse>, Status> {
         let req = request.get_ref();
+        let (caller, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
-        let who = actor(&req.actor, req.meta.as_ref())?;
+        let who = actor(&caller, &req.actor, req.meta.as_ref())?;
         if req.writes_blocked {
             // Agents show the reason to explain the refusal: it is required.
             required("reason", &req.reason, REASON_BYTES_MAX)?;
@@ -286,8 +286,8 @@ impl<B: Backend> Policy for PolicyService<B> {
         request: Request<pb::GetKillSwitchRequest>,
     ) -> Result<Response<pb::GetKillSwitchResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let switch = self
             .gateway
             .read_local(move |s| {

@@ -9,7 +9,7 @@
 
 use super::convert::tools::tool_latency;
 use super::convert::tools::{imported_to_proto, manifest_from_proto, problem_to_proto, tool_ids};
-use super::convert::{actor, meta, name, namespace};
+use super::convert::{actor, meta, name};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
@@ -103,10 +103,10 @@ impl<B: Backend> Tools for ToolsService<B> {
         request: Request<pb::ImportToolsRequest>,
     ) -> Result<Response<pb::ImportToolsResponse>, Status> {
         let req = request.get_ref();
+        let (caller, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let server = name("server", &req.server, ServerName::new)?;
-        let who = actor(&req.actor, req.meta.as_ref())?;
+        let who = actor(&caller, &req.actor, req.meta.as_ref())?;
         let tools = manifest_from_proto(&req.tools)?;
         tracing::info!(namespace = %ns, server = %server, tools = tools.len(), actor = %who, "importing tools");
         let command = Command::ImportTools {
@@ -134,9 +134,9 @@ impl<B: Backend> Tools for ToolsService<B> {
         &self,
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let (_, ns) = self.gateway.admit(&request, &request.get_ref().namespace)?;
         let req = request.into_inner();
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         if let Some(server) = &req.server {
             name("server", server, ServerName::new)?;
         }
@@ -162,8 +162,8 @@ impl<B: Backend> Tools for ToolsService<B> {
         request: Request<pb::GetToolRequest>,
     ) -> Result<Response<pb::GetToolResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let id = tool_id(&ns, &req.server, &req.tool)?;
         let tool = self
             .gateway
@@ -178,8 +178,8 @@ impl<B: Backend> Tools for ToolsService<B> {
         request: Request<pb::EmitDisclosureRequest>,
     ) -> Result<Response<pb::EmitDisclosureResponse>, Status> {
         let req = request.get_ref();
+        let (_, ns) = self.gateway.admit(&request, &req.namespace)?;
         meta(req.meta.as_ref())?;
-        let ns = namespace(&req.namespace)?;
         let id = tool_id(&ns, &req.server, &req.tool)?;
         let timeout_ms = req.timeout_ms;
         let response = self

@@ -4,6 +4,7 @@
 use super::coalescer::ReportCoalescer;
 use super::contact::LeaderContact;
 use super::env::{Clock, NodeEnv};
+use crate::auth::Membership;
 use crate::backend::{Backend, BackendError, Consistency};
 use crate::limits::{ENTRY_BYTES_MAX, LINEARIZABLE_READ_TIMEOUT_MS, WRITE_TIMEOUT_MS};
 use crate::metrics::Metrics;
@@ -213,6 +214,18 @@ impl Backend for RaftBackend {
 
     fn net(&self) -> Net {
         self.env.net.clone()
+    }
+}
+
+impl Membership for RaftBackend {
+    fn has_member(&self, node: u64) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        m.membership_config.membership().get_node(&node).is_some()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.env.now_ms()
     }
 }
 

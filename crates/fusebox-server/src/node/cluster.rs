@@ -8,6 +8,7 @@
 
 use super::backend::RaftBackend;
 use crate::api::Forwarder;
+use crate::auth::Caller;
 use crate::backend::Backend;
 use crate::limits::{
     MEMBERSHIP_CHANGE_TIMEOUT_MS, MEMBER_ADDRESS_BYTES_MAX, RAFT_ALIVE_TIMEOUT_MS,
@@ -127,6 +128,10 @@ impl Cluster for ClusterService {
         request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
         let with_switches = request.get_ref().include_kill_switches;
+        // Kill switches name namespaces: only those the caller holds.
+        let caller = Caller::of(&request)
+            .cloned()
+            .ok_or_else(|| Status::internal("request not admitted by the guard"))?;
         // Metrics keep their last value after the Raft core stopped (a
         // panic, a storage error): ask the core, so a stopped node never
         // reports the role it had.
@@ -141,6 +146,7 @@ impl Cluster for ClusterService {
         let kill_switches = if with_switches {
             self.backend.state.with_state(|s| {
                 s.namespaces()
+                    .filter(|(ns, _)| caller.namespaces.allows(ns))
                     .filter_map(|(ns, n)| {
                         n.kill_switch
                             .as_ref()

@@ -45,9 +45,21 @@ pub struct NodeConfig {
     /// Mutual TLS between members, on the peer listener.
     #[serde(default)]
     pub peer_tls: Option<PeerTls>,
-    /// Serve a non-loopback address without TLS (logged at every start).
+    /// Serve a non-loopback address without TLS or auth (logged at every
+    /// start).
     #[serde(default)]
     pub insecure: bool,
+    /// Require every caller to authenticate, even before the replicated
+    /// auth table switches enforcement on (so a node never serves openly
+    /// while it catches up).
+    #[serde(default)]
+    pub auth: bool,
+    /// A file holding the first admin token (`fbx_...`), created with a
+    /// fresh token if missing. While the cluster has no admin, the node
+    /// that leads issues it as principal `admin` and switches enforcement
+    /// on. Implies `auth`.
+    #[serde(default)]
+    pub init_auth: Option<PathBuf>,
 }
 
 /// The client API's TLS files.
@@ -130,7 +142,14 @@ impl NodeConfig {
             tls: None,
             peer_tls: None,
             insecure: false,
+            auth: false,
+            init_auth: None,
         }
+    }
+
+    /// Whether callers must authenticate from the start.
+    pub fn auth_required(&self) -> bool {
+        self.auth || self.init_auth.is_some()
     }
 
     /// How others reach this node: its advertised address, else its entry
@@ -194,8 +213,8 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// Secure by default: a listener beyond loopback needs TLS (clients) or
-    /// peer TLS (members), unless `insecure` is set.
+    /// Secure by default: a listener beyond loopback needs TLS and auth
+    /// (clients) or peer TLS (members), unless `insecure` is set.
     fn check_exposure(&self) -> Result<(), String> {
         match self.clear_exposures().into_iter().next() {
             Some(problem) if !self.insecure => Err(problem),
@@ -215,6 +234,13 @@ impl NodeConfig {
             found.push(format!(
                 "listen {} is not a loopback address and the API has no TLS: \
                  give --tls-cert/--tls-key/--tls-ca, or --insecure to serve it in the clear",
+                self.listen
+            ));
+        }
+        if !self.listen.ip().is_loopback() && !self.auth_required() {
+            found.push(format!(
+                "listen {} is not a loopback address and callers need no credentials: \
+                 give --auth (and --init-auth FILE for the first admin token), or --insecure",
                 self.listen
             ));
         }
@@ -292,6 +318,9 @@ mod tests {
         config.listen = "0.0.0.0:7600".parse().unwrap();
         config.peer_listen = Some("0.0.0.0:7700".parse().unwrap());
         config.peers = BTreeMap::from([(1, "10.0.0.1:7600@10.0.0.1:7700".to_owned())]);
+        let err = config.validate().unwrap_err();
+        assert!(err.contains("--auth"), "TLS alone lets anyone call: {err}");
+        config.auth = true;
         config.validate().unwrap();
         assert!(!config.exposed_in_clear());
     }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod contact;
 pub mod env;
 pub mod incoming;
+pub mod init_auth;
 pub mod observer;
 pub mod start;
 

@@ -1,6 +1,7 @@
 //! What happens on every applied entry besides the state change itself:
 //! watchers are told, metrics are counted.
 
+use crate::auth::PublishedAuth;
 use crate::metrics::Metrics;
 use crate::watch::WatchHub;
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
@@ -14,6 +15,8 @@ pub struct Observer {
     pub hub: Arc<WatchHub>,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
+    /// The auth table the guard reads.
+    pub auth: PublishedAuth,
 }
 
 impl Observer {
@@ -44,6 +47,7 @@ impl ApplyObserver for Observer {
             .apply_latency_seconds
             .observe(took.as_secs_f64());
         self.watch_clock(state, false);
+        self.auth.publish(state.auth());
         for event in events {
             if let WatchEvent::Breaker { view, .. } = event {
                 Metrics::count(&self.metrics.breaker_transitions, view.state.as_str());
@@ -54,6 +58,7 @@ impl ApplyObserver for Observer {
 
     fn installed(&self, state: &SharedStateMachine) {
         self.watch_clock(state, true);
+        self.auth.publish(state.auth());
         // Revisions may jump past what the hub remembers: watchers resync.
         self.hub.reset();
     }

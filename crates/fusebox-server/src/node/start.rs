@@ -8,8 +8,10 @@ use super::config::NodeConfig;
 use super::contact::LeaderContact;
 use super::env::NodeEnv;
 use super::incoming::incoming;
+use super::init_auth;
 use super::observer::Observer;
-use crate::api::{Forwarder, Gateway, Services};
+use crate::api::{AuthService, Forwarder, Gateway, Services};
+use crate::auth::{Guard, GuardLayer, PublishedAuth};
 use crate::backend::Backend;
 use crate::limits::{
     GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS, LEADER_CONTACT_ELECTIONS,
@@ -26,6 +28,7 @@ use fusebox_proto::net::Listener;
 use fusebox_proto::tls::{
     ClientCerts, ClientTlsFiles, ServerTlsFiles, TlsAcceptor, TlsConnector, TlsError,
 };
+use fusebox_proto::v1::auth_server::AuthServer;
 use fusebox_proto::v1::cluster_server::ClusterServer;
 use fusebox_proto::v1::raft_server::RaftServer;
 use fusebox_raft_store::{DirIdentity, RaftRuntime};
@@ -41,6 +44,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::Router;
+use tower::layer::util::{Identity, Stack};
 
 /// Why a node could not start.
 #[derive(Debug, Error)]
@@ -132,9 +136,13 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
     .map_err(|e| StartError::Storage(e.to_string()))?;
     let hub = Arc::new(WatchHub::new());
     let metrics = Arc::new(Metrics::new());
+    let auth = PublishedAuth::default();
+    // The table as restored; the observer publishes every later change.
+    auth.publish(&state.with_state(|s| s.auth().clone()));
     state.set_observer(Arc::new(Observer {
         hub: hub.clone(),
         metrics: metrics.clone(),
+        auth: auth.clone(),
     }));
     let tls = Tls::load(&config)?;
     let contact = Arc::new(LeaderContact::starting_at(env.now_ms()));
@@ -193,12 +201,22 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         clock: env.clock.clone(),
         member_certs: tls.peer_server.is_some(),
     };
+    let first_admin = match &config.init_auth {
+        Some(file) => Some(init_auth::load_or_create(file).map_err(StartError::Config)?),
+        None => None,
+    };
+    let guard = Guard::new(
+        auth.clone(),
+        Arc::new(backend.clone()),
+        config.auth_required(),
+    );
     let mut tasks = vec![coalescer_task];
     let peer_addr = match config.peer_listen {
         Some(addr) => {
             let (peer_listener, bound) = bind(&env, addr).await?;
             tasks.push(spawn_peer_grpc(
                 raft_service.clone(),
+                guard.clone(),
                 peer_listener,
                 tls.peer_server.clone(),
                 stop_rx.clone(),
@@ -211,6 +229,7 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
     tasks.push(spawn_grpc(
         &config,
         &backend,
+        guard,
         (listener, tls.api_server.clone()),
         tls.api_client.clone(),
         shared_raft,
@@ -226,6 +245,14 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
     };
     if !config.join {
         initialize(&backend, &config).await;
+    }
+    if let Some(token) = first_admin {
+        tasks.push(init_auth::spawn(
+            backend.clone(),
+            auth,
+            token,
+            stop_rx.clone(),
+        ));
     }
     tasks.push(spawn_ticker(
         backend.clone(),
@@ -364,6 +391,7 @@ fn raft_server(raft: RaftService) -> RaftServer<RaftService> {
 fn spawn_grpc(
     config: &NodeConfig,
     backend: &RaftBackend,
+    guard: Guard,
     (listener, tls): (Box<dyn Listener>, Option<TlsAcceptor>),
     forward_tls: Option<TlsConnector>,
     shared_raft: Option<RaftService>,
@@ -379,17 +407,23 @@ fn spawn_grpc(
         forwarder: forwarder.clone(),
     };
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    // Every call passes the guard first (`crate::auth`): its rule, its
+    // caller, its role.
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
+        .layer(GuardLayer::new(guard))
         .add_optional_service(shared_raft.map(raft_server))
         .add_service(ClusterServer::new(cluster))
         .add_service(health_service);
-    let api = Services::with_gateway(Gateway::with_forwarder(backend.clone(), forwarder));
+    let gateway = Gateway::with_forwarder(backend.clone(), forwarder).guarded();
+    let auth = AuthServer::new(AuthService::new(gateway.clone()));
+    let api = Services::with_gateway(gateway);
     let router = router
         .add_service(api.breakers)
         .add_service(api.ledger)
         .add_service(api.policy)
-        .add_service(api.tools);
+        .add_service(api.tools)
+        .add_service(auth);
     tokio::spawn(async move {
         health_reporter
             .set_serving::<ClusterServer<ClusterService>>()
@@ -398,9 +432,12 @@ fn spawn_grpc(
     })
 }
 
+/// A router behind the guard.
+type GuardedRouter = Router<Stack<GuardLayer, Identity>>;
+
 /// Serves `router` on `listener` until `stop` turns true.
 async fn serve(
-    router: Router,
+    router: GuardedRouter,
     listener: Box<dyn Listener>,
     tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
@@ -420,12 +457,16 @@ async fn serve(
 /// The peer listener: the Raft transport alone.
 fn spawn_peer_grpc(
     raft: RaftService,
+    guard: Guard,
     listener: Box<dyn Listener>,
     tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
+    // The guard passes Raft calls on to the service's member check and
+    // refuses any other path.
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
+        .layer(GuardLayer::new(guard))
         .add_service(raft_server(raft));
     tokio::spawn(serve(router, listener, tls, stop, "peer grpc"))
 }

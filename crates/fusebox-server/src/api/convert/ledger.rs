@@ -12,6 +12,7 @@
 
 use super::{actor, bounded, meta, name, namespace, page_limit, required};
 use crate::api::status;
+use crate::auth::Caller;
 use fusebox_core::ledger::{
     AmbiguityCause, BeginAnswer, BeginRequest, CompleteRequest, Completion, Decision, ListFilter,
     Record, ResolveRequest, Status as RecordStatus,
@@ -78,7 +79,10 @@ pub fn complete_from_proto(
 }
 
 /// A validated `Resolve`: a decision, who and why are all required.
-pub fn resolve_from_proto(req: &pb::ResolveRequest) -> Result<(Namespace, ResolveRequest), Status> {
+pub fn resolve_from_proto(
+    req: &pb::ResolveRequest,
+    caller: &Caller,
+) -> Result<(Namespace, ResolveRequest), Status> {
     use pb::ResolutionDecision as D;
     meta(req.meta.as_ref())?;
     let ns = namespace(&req.namespace)?;
@@ -99,7 +103,7 @@ pub fn resolve_from_proto(req: &pb::ResolveRequest) -> Result<(Namespace, Resolv
     let request = ResolveRequest {
         key: req.key.clone(),
         decision,
-        actor: actor(&req.actor, req.meta.as_ref())?,
+        actor: actor(caller, &req.actor, req.meta.as_ref())?,
         note: req.note.clone(),
     };
     Ok((ns, request))

@@ -14,6 +14,7 @@ pub mod tools;
 pub mod watch;
 
 use super::status;
+use crate::auth::Caller;
 use crate::limits::{LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX};
 use fusebox_core::limits::{ID_BYTES_MAX, LIST_LIMIT_MAX};
 use fusebox_core::{CoreError, Namespace};
@@ -84,9 +85,18 @@ pub fn meta(meta: Option<&RequestMeta>) -> Result<(), Status> {
     Ok(())
 }
 
-/// Who acts: the request's own actor field, else the caller named in its
-/// metadata; one of them is required.
-pub fn actor(explicit: &str, meta: Option<&RequestMeta>) -> Result<String, Status> {
+/// Who acts: the authenticated caller's name; for an anonymous caller (a
+/// cluster without auth), the request's own actor field, else the caller
+/// named in its metadata, one of them required. An authenticated caller
+/// cannot claim another name.
+pub fn actor(
+    caller: &Caller,
+    explicit: &str,
+    meta: Option<&RequestMeta>,
+) -> Result<String, Status> {
+    if let Some(name) = &caller.name {
+        return Ok(name.clone());
+    }
     let caller = meta.map_or("", |m| m.caller.as_str());
     let actor = if explicit.is_empty() {
         caller
@@ -143,10 +153,25 @@ mod tests {
             caller: "ops-console".into(),
             ..Default::default()
         };
-        assert_eq!(actor("", Some(&meta)).ok().as_deref(), Some("ops-console"));
-        assert_eq!(actor("alice", Some(&meta)).ok().as_deref(), Some("alice"));
+        let open = Caller::open();
         assert_eq!(
-            actor("", None).err().map(|s| s.code()),
+            actor(&open, "", Some(&meta)).ok().as_deref(),
+            Some("ops-console")
+        );
+        assert_eq!(
+            actor(&open, "alice", Some(&meta)).ok().as_deref(),
+            Some("alice")
+        );
+        let alice = Caller {
+            name: Some("alice".into()),
+            ..Caller::open()
+        };
+        assert_eq!(
+            actor(&alice, "mallory", Some(&meta)).ok().as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            actor(&open, "", None).err().map(|s| s.code()),
             Some(Code::InvalidArgument)
         );
     }

@@ -1,0 +1,262 @@
+//! The guard in front of every service: finds the call's rule, recognises
+//! the caller, checks its role, and hands the [`Caller`] to the handler.
+//!
+//! It runs before the request body is read, on what the headers and the
+//! connection say, and needs no IO: the auth table it reads is the one the
+//! node last applied, published on every change ([`PublishedAuth`]), so a
+//! revocation takes effect on a node as soon as that node applies it.
+//!
+//! A caller is recognised, in this order, by:
+//! 1. `authorization: Bearer fbx_<id>_<secret>`, judged against the table at
+//!    the node's wall clock;
+//! 2. `x-fusebox-caller: <name>` from a connection whose certificate names
+//!    a current member (a follower forwarding a certificate caller's
+//!    request); from anyone else the header is refused;
+//! 3. a client certificate naming `fusebox://user/<name>`.
+//!
+//! Enforcement is on when the node was started with `--auth` or the
+//! replicated table says so; without it an unrecognised caller is the
+//! anonymous [`Caller::open`].
+
+use super::caller::{Caller, Via};
+use super::rules::{rule_for, Rule};
+use crate::node::incoming::ConnInfo;
+use fusebox_core::auth::{AuthTable, Role};
+use fusebox_core::Timestamp;
+use futures::future::{ready, Either, Ready};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
+use tonic::body::Body;
+use tonic::codegen::http::{HeaderMap, Request, Response};
+use tonic::Status;
+use tower::{Layer, Service};
+use tracing::instrument::Instrumented;
+use tracing::Instrument;
+
+/// The metadata header a member forwarding a certificate caller's request
+/// names that caller in.
+pub const FORWARDED_CALLER_HEADER: &str = "x-fusebox-caller";
+
+/// The auth table this node last applied, shared with the guard.
+#[derive(Clone, Debug, Default)]
+pub struct PublishedAuth(Arc<RwLock<Arc<AuthTable>>>);
+
+impl PublishedAuth {
+    /// The table now.
+    pub fn current(&self) -> Arc<AuthTable> {
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Publishes `table` if it is not the one published. Every change
+    /// bumps the replicated version, so one version is one table: the
+    /// common case (an entry that did not touch auth) costs a read lock.
+    pub fn publish(&self, table: &AuthTable) {
+        if self.current().version() == table.version() {
+            return;
+        }
+        let mut slot = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        *slot = Arc::new(table.clone());
+    }
+}
+
+/// What the guard needs to know of its node.
+pub trait Membership: Send + Sync + 'static {
+    /// Whether `node` is in the cluster's current membership.
+    fn has_member(&self, node: u64) -> bool;
+    /// The node's wall clock, Unix ms.
+    fn now_ms(&self) -> u64;
+}
+
+/// Recognises callers and checks their role against the RPC's rule.
+#[derive(Clone)]
+pub struct Guard {
+    table: PublishedAuth,
+    node: Arc<dyn Membership>,
+    /// Enforce even before the replicated table does (`serve --auth`).
+    required: bool,
+}
+
+impl Guard {
+    /// A guard reading `table`, asking `node` about members and time.
+    pub fn new(table: PublishedAuth, node: Arc<dyn Membership>, required: bool) -> Guard {
+        Guard {
+            table,
+            node,
+            required,
+        }
+    }
+
+    /// The caller of a call to `path`, or the status refusing it.
+    pub fn admit(
+        &self,
+        path: &str,
+        headers: &HeaderMap,
+        conn: Option<&ConnInfo>,
+    ) -> Result<Caller, Status> {
+        let Some(rule) = rule_for(path) else {
+            tracing::warn!(path, "call to an RPC without an access rule refused");
+            return Err(Status::permission_denied(format!(
+                "{path} has no access rule on this node; refused"
+            )));
+        };
+        let min = match rule {
+            Rule::Public | Rule::Peer => return Ok(Caller::open()),
+            Rule::Role { min, .. } => min,
+        };
+        let table = self.table.current();
+        let caller = self.recognise(&table, headers, conn)?;
+        if !caller.role.covers(min) {
+            tracing::warn!(caller = %caller, path, needs = %min, "call beyond the caller's role refused");
+            return Err(Status::permission_denied(format!(
+                "{caller} may not call {path}: it needs the {min} role"
+            )));
+        }
+        Ok(caller)
+    }
+
+    fn recognise(
+        &self,
+        table: &AuthTable,
+        headers: &HeaderMap,
+        conn: Option<&ConnInfo>,
+    ) -> Result<Caller, Status> {
+        let enforced = self.required || table.enabled();
+        if let Some(value) = headers.get("authorization") {
+            let token = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .ok_or_else(|| {
+                    Status::unauthenticated("the authorization header must be `Bearer <token>`")
+                })?;
+            let now = Timestamp::from_millis(self.node.now_ms());
+            return match table.authenticate(token.trim(), now) {
+                Ok((name, principal)) => Ok(caller(name, principal, Via::Token)),
+                Err(refusal) => {
+                    tracing::warn!(reason = %refusal, "token refused");
+                    Err(Status::unauthenticated(format!("token refused: {refusal}")))
+                }
+            };
+        }
+        let identity = conn.and_then(|c| c.identity.as_deref());
+        if let Some(value) = headers.get(FORWARDED_CALLER_HEADER) {
+            let member = identity
+                .and_then(|i| i.node_id())
+                .is_some_and(|id| self.node.has_member(id));
+            let name = value.to_str().ok().filter(|_| member).ok_or_else(|| {
+                tracing::warn!(remote = ?conn.map(|c| c.remote), "forwarded caller header from a non-member refused");
+                Status::unauthenticated(format!(
+                    "{FORWARDED_CALLER_HEADER} is accepted only from a member's certificate"
+                ))
+            })?;
+            return known(table, name, Via::Forwarded);
+        }
+        if let Some(user) = identity.and_then(|i| i.user()) {
+            return match known(table, user, Via::Certificate) {
+                Ok(caller) => Ok(caller),
+                Err(_) if !enforced => Ok(Caller::open()),
+                Err(refused) => Err(refused),
+            };
+        }
+        if enforced {
+            return Err(Status::unauthenticated(
+                "this cluster requires authentication: pass a token (--token or FUSEBOX_TOKEN) \
+                 or a client certificate naming a principal",
+            ));
+        }
+        Ok(Caller::open())
+    }
+}
+
+fn caller(name: &str, principal: &fusebox_core::auth::Principal, via: Via) -> Caller {
+    Caller {
+        name: Some(name.to_owned()),
+        role: principal.role,
+        namespaces: principal.namespaces.clone(),
+        via,
+    }
+}
+
+/// The principal `name` names, or UNAUTHENTICATED.
+fn known(table: &AuthTable, name: &str, via: Via) -> Result<Caller, Status> {
+    match table.principal(name) {
+        Some(principal) => Ok(caller(name, principal, via)),
+        None => Err(Status::unauthenticated(format!(
+            "{name:?} is not a principal of this cluster (fusebox auth grant)"
+        ))),
+    }
+}
+
+/// Puts a [`Guard`] in front of a tonic router.
+#[derive(Clone)]
+pub struct GuardLayer {
+    guard: Arc<Guard>,
+}
+
+impl GuardLayer {
+    /// A layer admitting calls with `guard`.
+    pub fn new(guard: Guard) -> GuardLayer {
+        GuardLayer {
+            guard: Arc::new(guard),
+        }
+    }
+}
+
+impl<S> Layer<S> for GuardLayer {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Guarded<S> {
+        Guarded {
+            guard: Arc::clone(&self.guard),
+            inner,
+        }
+    }
+}
+
+/// A service behind a [`Guard`].
+#[derive(Clone)]
+pub struct Guarded<S> {
+    guard: Arc<Guard>,
+    inner: S,
+}
+
+impl<S> Service<Request<Body>> for Guarded<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Either<Ready<Result<Response<Body>, S::Error>>, Instrumented<S::Future>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        let path = request.uri().path().to_owned();
+        let admitted = self.guard.admit(
+            &path,
+            request.headers(),
+            request.extensions().get::<ConnInfo>(),
+        );
+        match admitted {
+            Ok(caller) => {
+                let span = match &caller.name {
+                    Some(name) => tracing::info_span!("call", caller = %name, role = %caller.role),
+                    None => tracing::Span::none(),
+                };
+                request.extensions_mut().insert(caller);
+                Either::Right(self.inner.call(request).instrument(span))
+            }
+            Err(status) => Either::Left(ready(Ok(status.into_http()))),
+        }
+    }
+}
+
+/// Whether `role` may call `path`, by the table alone (for docs and tests).
+pub fn role_may_call(role: Role, path: &str) -> Option<bool> {
+    match rule_for(path)? {
+        Rule::Public | Rule::Peer => Some(true),
+        Rule::Role { min, .. } => Some(role.covers(min)),
+    }
+}
