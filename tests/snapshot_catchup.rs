@@ -95,12 +95,17 @@ async fn bring_back(cluster: &mut TestCluster, follower: u64, via: u64, how: Rej
     }
 }
 
-async fn wiped_follower_catches_up(how: Rejoin) {
+async fn wiped_follower_catches_up(how: Rejoin, secured: bool) {
     let began = Instant::now();
     eprintln!(
-        "phase 1: form a 3-node cluster that snapshots every {SNAPSHOT_EVERY_ENTRIES} entries"
+        "phase 1: form a 3-node cluster that snapshots every {SNAPSHOT_EVERY_ENTRIES} entries \
+         (TLS and auth: {secured})"
     );
-    let mut cluster = TestCluster::start_with_timing(3, compacting_often());
+    let mut cluster = if secured {
+        TestCluster::start_tls_with_timing(3, compacting_often())
+    } else {
+        TestCluster::start_with_timing(3, compacting_often())
+    };
     let leader = cluster.wait_leader(&[1, 2, 3], WAIT).await;
     let mut acknowledged = write_keys(&cluster, &[1, 2, 3], "early", 20).await;
     assert_eq!(
@@ -199,10 +204,17 @@ async fn wiped_follower_catches_up(how: Rejoin) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wiped_follower_restarted_in_place_catches_up_through_a_snapshot() {
-    wiped_follower_catches_up(Rejoin::InPlace).await;
+    wiped_follower_catches_up(Rejoin::InPlace, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wiped_follower_removed_and_re_added_catches_up_through_a_snapshot() {
-    wiped_follower_catches_up(Rejoin::RemovedAndReAdded).await;
+    wiped_follower_catches_up(Rejoin::RemovedAndReAdded, false).await;
+}
+
+/// The same over TLS with auth on: the snapshot streams over mutual TLS and
+/// the harness acts as the admin its client certificate names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wiped_tls_follower_removed_and_re_added_catches_up_through_a_snapshot() {
+    wiped_follower_catches_up(Rejoin::RemovedAndReAdded, true).await;
 }

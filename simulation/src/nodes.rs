@@ -65,6 +65,7 @@ fn config(id: u64, nodes: u64, data: &Path) -> NodeConfig {
         // still runs on every call, admitting them as the open caller.
         auth: false,
         init_auth: None,
+        caller_limits: Default::default(),
     }
 }
 

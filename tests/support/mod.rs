@@ -126,15 +126,17 @@ impl TestCluster {
         TestCluster::launch_with(n, None, true)
     }
 
+    /// [`TestCluster::start_tls`] with `timing` in each node's config file
+    /// (the TLS and auth settings still come as flags).
+    pub fn start_tls_with_timing(n: u64, timing: Timing) -> TestCluster {
+        TestCluster::launch_with(n, Some(timing), true)
+    }
+
     fn launch(n: u64, timing: Option<Timing>) -> TestCluster {
         TestCluster::launch_with(n, timing, false)
     }
 
     fn launch_with(n: u64, timing: Option<Timing>, tls: bool) -> TestCluster {
-        assert!(
-            !(tls && timing.is_some()),
-            "TLS clusters are configured by flags"
-        );
         let dir = tempfile::tempdir().expect("temp dir");
         let certs = tls.then(|| {
             let certs = dir.path().join("certs");

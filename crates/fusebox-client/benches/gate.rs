@@ -46,6 +46,7 @@ fn fixture() -> Fixture {
         insecure: false,
         auth: false,
         init_auth: None,
+        caller_limits: Default::default(),
     };
     let client = runtime.block_on(async {
         let node = node::start(config).await.unwrap();

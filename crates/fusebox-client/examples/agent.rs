@@ -131,6 +131,7 @@ async fn embedded_node() -> (String, tempfile::TempDir) {
         insecure: false,
         auth: false,
         init_auth: None,
+        caller_limits: Default::default(),
     };
     let node = fusebox_server::node::start(config).await.unwrap();
     std::mem::forget(node);

@@ -148,3 +148,7 @@ pub const LEADER_CONTACT_ELECTIONS: u64 = 3;
 /// How often a node given `--init-auth` checks whether it leads and the
 /// cluster still lacks an admin, in ms.
 pub const INIT_AUTH_RETRY_MS: u64 = 500;
+
+/// Concurrent HTTP/2 streams (calls in flight) on one client connection;
+/// more are refused by the transport (REFUSED_STREAM) until one ends.
+pub const CONNECTION_STREAMS_MAX: u32 = 1_024;

@@ -16,7 +16,9 @@ use bytes::{Buf, BufMut, Bytes};
 use fusebox_core::auth::Role;
 use fusebox_proto::v1::auth_client::AuthClient;
 use fusebox_proto::v1::{IssueTokenRequest, RevokeTokenRequest, WhoAmIRequest};
+use fusebox_server::api::status::detail_of;
 use fusebox_server::auth::rules::{Rule, RULES};
+use fusebox_server::auth::CallerLimits;
 use fusebox_server::node::{start, NodeConfig, RunningNode};
 use prost::Message;
 use std::net::SocketAddr;
@@ -164,6 +166,11 @@ struct Node {
 
 /// One node on loopback that requires auth, with its first admin token.
 async fn node() -> Node {
+    node_with(CallerLimits::default()).await
+}
+
+/// [`node`] metering callers within `limits`.
+async fn node_with(limits: CallerLimits) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let mut config = NodeConfig::single_node();
     config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -171,6 +178,7 @@ async fn node() -> Node {
     config.http = None;
     config.data_dir = dir.path().join("data");
     config.init_auth = Some(dir.path().join("admin.token"));
+    config.caller_limits = limits;
     let node = start(config).await.unwrap();
     let channel = Endpoint::from_shared(format!("http://{}", node.grpc_addr))
         .unwrap()
@@ -362,5 +370,106 @@ async fn the_admin_token_cannot_be_used_to_lock_everyone_out() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    node.node.shutdown().await;
+}
+
+fn lookup(token: &str) -> Request<fusebox_proto::v1::LookupRequest> {
+    let mut request = Request::new(fusebox_proto::v1::LookupRequest {
+        namespace: OWN.into(),
+        key: "k".into(),
+        ..Default::default()
+    });
+    bearer(&mut request, token);
+    request
+}
+
+#[tokio::test]
+async fn a_caller_over_its_rate_is_told_when_to_retry_and_others_are_not_slowed() {
+    let node = node_with(CallerLimits {
+        requests_per_second: 5,
+        burst: 5,
+        watch_streams: 16,
+    })
+    .await;
+    let (agent, _) = issue(&node, "busy-agent", Role::Agent, &[OWN]).await;
+    let (other, _) = issue(&node, "quiet-agent", Role::Agent, &[OWN]).await;
+    let mut ledger = fusebox_proto::v1::ledger_client::LedgerClient::new(node.channel.clone());
+    let mut refused = None;
+    for _ in 0..20 {
+        if let Err(status) = ledger.lookup(lookup(&agent)).await {
+            if status.code() == Code::ResourceExhausted {
+                refused = Some(status);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("20 calls at once exceed a burst of 5");
+    let detail = detail_of(&refused).expect("a Fusebox error detail");
+    assert_eq!(detail.code(), fusebox_proto::v1::ErrorCode::RateLimited);
+    let Some(fusebox_proto::v1::fusebox_error_detail::Detail::RateLimited(limit)) = detail.detail
+    else {
+        panic!("no rate-limited detail: {detail:?}");
+    };
+    assert_eq!(limit.limit, "caller_requests_per_second");
+    assert!((1..=1_000).contains(&limit.retry_after_ms), "{limit:?}");
+    // Another caller has its own bucket.
+    let code = ledger
+        .lookup(lookup(&other))
+        .await
+        .map_or_else(|s| s.code(), |_| Code::Ok);
+    assert_ne!(code, Code::ResourceExhausted);
+    // After the wait it names, the busy caller is served again.
+    tokio::time::sleep(Duration::from_millis(limit.retry_after_ms + 50)).await;
+    let code = ledger
+        .lookup(lookup(&agent))
+        .await
+        .map_or_else(|s| s.code(), |_| Code::Ok);
+    assert_ne!(code, Code::ResourceExhausted);
+    node.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_caller_holds_at_most_its_watch_streams_and_a_closed_one_frees_its_slot() {
+    let node = node_with(CallerLimits {
+        watch_streams: 2,
+        ..CallerLimits::default()
+    })
+    .await;
+    let (agent, _) = issue(&node, "watcher", Role::Agent, &[OWN]).await;
+    let watch = || {
+        let mut request = Request::new(fusebox_proto::v1::WatchRequest {
+            namespace: OWN.into(),
+            ..Default::default()
+        });
+        bearer(&mut request, &agent);
+        let mut client =
+            fusebox_proto::v1::breakers_client::BreakersClient::new(node.channel.clone());
+        async move { client.watch(request).await }
+    };
+    let first = watch().await.expect("first stream");
+    let _second = watch().await.expect("second stream");
+    let third = watch().await.unwrap_err();
+    assert_eq!(third.code(), Code::ResourceExhausted, "{third:?}");
+    assert!(
+        third.message().contains("watch streams"),
+        "{}",
+        third.message()
+    );
+    drop(first);
+    // The node notices the closed stream when its pump next looks.
+    let started = std::time::Instant::now();
+    loop {
+        match watch().await {
+            Ok(_) => break,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the slot was never freed"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
     node.node.shutdown().await;
 }

@@ -74,6 +74,7 @@ impl TestCluster {
                 insecure: false,
                 auth: false,
                 init_auth: None,
+                caller_limits: Default::default(),
             };
             nodes.push(node::start(config).await.unwrap());
             dirs.push(dir);

@@ -14,6 +14,7 @@ use super::convert::{meta, name, namespace, number_token, page_limit};
 use super::gateway::{unexpected, Gateway, Served};
 use super::operator::OperatorCommand;
 use super::{status, watch_stream};
+use crate::auth::StreamPermit;
 use crate::backend::Backend;
 use fusebox_core::breaker::{BreakerKey, BreakerState};
 use fusebox_core::machine::{Answer, Command, ReportSummary, SharedStateMachine};
@@ -84,13 +85,15 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let (_, ns) = self.gateway.admit(&request, &request.get_ref().namespace)?;
+        // The caller's stream slot (`auth::limits`) lives as long as the stream.
+        let slot = request.extensions().get::<StreamPermit>().cloned();
         let req = request.into_inner();
         meta(req.meta.as_ref())?;
         if !req.replica_id.is_empty() {
             name("replica_id", &req.replica_id, ReplicaId::new)?;
         }
         tracing::debug!(namespace = %ns, replica = %req.replica_id, from = ?req.from_revision, "watch requested");
-        let events = watch_stream::start(self.gateway.clone(), ns, req.from_revision).await?;
+        let events = watch_stream::start(self.gateway.clone(), ns, req.from_revision, slot).await?;
         Ok(Response::new(events))
     }
 

@@ -13,7 +13,7 @@ use fusebox_proto::v1::fusebox_error_detail::Detail;
 use fusebox_proto::v1::{
     AmbiguousDetail, ErrorCode, FieldProblem, FuseboxErrorDetail, InvalidArgumentDetail,
     InvalidStateDetail, LimitReachedDetail, NotFoundDetail, NotLeaderDetail, PolicyInvalidDetail,
-    StaleDetail, WritesBlockedDetail,
+    RateLimitedDetail, StaleDetail, WritesBlockedDetail,
 };
 use prost::Message;
 use tonic::codegen::Bytes;
@@ -87,6 +87,20 @@ pub fn policy_invalid(problems: &[PolicyProblem]) -> Status {
             listed.join("; ")
         ),
         Some(Detail::PolicyInvalid(PolicyInvalidDetail { problems })),
+    )
+}
+
+/// RESOURCE_EXHAUSTED for a caller over a per-caller bound, with when to
+/// try again.
+pub fn rate_limited(limit: &str, retry_after_ms: u64, message: String) -> Status {
+    with_detail(
+        Code::ResourceExhausted,
+        ErrorCode::RateLimited,
+        message,
+        Some(Detail::RateLimited(RateLimitedDetail {
+            limit: limit.to_owned(),
+            retry_after_ms,
+        })),
     )
 }
 

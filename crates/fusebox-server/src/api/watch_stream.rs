@@ -18,6 +18,7 @@
 use super::convert::{watch::events_to_proto, watch::snapshot_to_proto};
 use super::gateway::Gateway;
 use super::status;
+use crate::auth::StreamPermit;
 use crate::backend::Backend;
 use crate::limits::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
 use crate::watch::{WatchSnapshot, WatchStart};
@@ -58,6 +59,7 @@ pub async fn start<B: Backend>(
     gateway: Gateway<B>,
     namespace: Namespace,
     from_revision: Option<u64>,
+    slot: Option<StreamPermit>,
 ) -> Result<WatchEvents, Status> {
     // A node that cannot vouch for its state refuses to start a stream, so
     // the replica tries another node instead of this one's frozen view.
@@ -75,6 +77,7 @@ pub async fn start<B: Backend>(
         namespace,
         tx,
         last_sent: from_revision.unwrap_or(0),
+        _slot: slot,
     };
     tokio::spawn(pump.run(start));
     Ok(ReceiverStream::new(rx))
@@ -85,6 +88,8 @@ struct Pump<B> {
     namespace: Namespace,
     tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
     last_sent: u64,
+    /// The caller's stream slot, freed when the pump ends.
+    _slot: Option<StreamPermit>,
 }
 
 impl<B: Backend> Pump<B> {

@@ -19,6 +19,7 @@
 //! anonymous [`Caller::open`].
 
 use super::caller::{Caller, Via};
+use super::limits::{CallerLimits, Meter, StreamPermit};
 use super::rules::{rule_for, Rule};
 use crate::node::incoming::ConnInfo;
 use fusebox_core::auth::{AuthTable, Role};
@@ -26,6 +27,7 @@ use fusebox_core::Timestamp;
 use futures::future::{ready, Either, Ready};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
+use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::codegen::http::{HeaderMap, Request, Response};
 use tonic::Status;
@@ -67,32 +69,54 @@ pub trait Membership: Send + Sync + 'static {
     fn now_ms(&self) -> u64;
 }
 
-/// Recognises callers and checks their role against the RPC's rule.
+/// The one RPC that holds a stream open, metered per caller.
+const WATCH_PATH: &str = "/fusebox.v1.Breakers/Watch";
+
+/// Recognises callers, checks their role against the RPC's rule, and
+/// meters them ([`Meter`]).
 #[derive(Clone)]
 pub struct Guard {
     table: PublishedAuth,
     node: Arc<dyn Membership>,
     /// Enforce even before the replicated table does (`serve --auth`).
     required: bool,
+    meter: Arc<Meter>,
+}
+
+/// What the guard hands a call it admits.
+#[derive(Debug)]
+pub struct Admitted {
+    /// Who calls.
+    pub caller: Caller,
+    /// The caller's slot for a watch stream, for `Watch` calls.
+    pub stream: Option<StreamPermit>,
 }
 
 impl Guard {
-    /// A guard reading `table`, asking `node` about members and time.
-    pub fn new(table: PublishedAuth, node: Arc<dyn Membership>, required: bool) -> Guard {
+    /// A guard reading `table`, asking `node` about members and time,
+    /// metering callers within `limits`.
+    pub fn new(
+        table: PublishedAuth,
+        node: Arc<dyn Membership>,
+        required: bool,
+        limits: CallerLimits,
+    ) -> Guard {
         Guard {
             table,
             node,
             required,
+            meter: Arc::new(Meter::new(limits)),
         }
     }
 
-    /// The caller of a call to `path`, or the status refusing it.
+    /// The caller of a call to `path` and its stream slot, or the status
+    /// refusing it.
     pub fn admit(
         &self,
         path: &str,
         headers: &HeaderMap,
         conn: Option<&ConnInfo>,
-    ) -> Result<Caller, Status> {
+    ) -> Result<Admitted, Status> {
         let Some(rule) = rule_for(path) else {
             tracing::warn!(path, "call to an RPC without an access rule refused");
             return Err(Status::permission_denied(format!(
@@ -100,7 +124,12 @@ impl Guard {
             )));
         };
         let min = match rule {
-            Rule::Public | Rule::Peer => return Ok(Caller::open()),
+            Rule::Public | Rule::Peer => {
+                return Ok(Admitted {
+                    caller: Caller::open(),
+                    stream: None,
+                })
+            }
             Rule::Role { min, .. } => min,
         };
         let table = self.table.current();
@@ -111,7 +140,18 @@ impl Guard {
                 "{caller} may not call {path}: it needs the {min} role"
             )));
         }
-        Ok(caller)
+        let key = match &caller.name {
+            Some(name) => name.clone(),
+            None => format!(
+                "anonymous@{}",
+                conn.map_or_else(|| "-".to_owned(), |c| c.remote.ip().to_string())
+            ),
+        };
+        self.meter.request(&key, Instant::now())?;
+        let stream = (path == WATCH_PATH)
+            .then(|| self.meter.stream(&key))
+            .transpose()?;
+        Ok(Admitted { caller, stream })
     }
 
     fn recognise(
@@ -240,12 +280,15 @@ where
             request.extensions().get::<ConnInfo>(),
         );
         match admitted {
-            Ok(caller) => {
+            Ok(Admitted { caller, stream }) => {
                 let span = match &caller.name {
                     Some(name) => tracing::info_span!("call", caller = %name, role = %caller.role),
                     None => tracing::Span::none(),
                 };
                 request.extensions_mut().insert(caller);
+                if let Some(stream) = stream {
+                    request.extensions_mut().insert(stream);
+                }
                 Either::Right(self.inner.call(request).instrument(span))
             }
             Err(status) => Either::Left(ready(Ok(status.into_http()))),

@@ -6,6 +6,7 @@
 //! - [`guard`]: recognises the caller (bearer token, member-forwarded name,
 //!   client certificate) from the auth table this node last applied, and
 //!   checks its role, before the request body is read.
+//! - [`limits`]: per-caller bounds on request rate and open watch streams.
 //! - [`caller`]: what the handler gets; it checks the request's namespace
 //!   against the caller's grant ([`Caller::require`]) and takes the audit's
 //!   actor from it ([`Caller::actor`]).
@@ -15,7 +16,9 @@
 
 pub mod caller;
 pub mod guard;
+pub mod limits;
 pub mod rules;
 
 pub use caller::{Caller, Via};
-pub use guard::{Guard, GuardLayer, Membership, PublishedAuth, FORWARDED_CALLER_HEADER};
+pub use guard::{Admitted, Guard, GuardLayer, Membership, PublishedAuth, FORWARDED_CALLER_HEADER};
+pub use limits::{CallerLimits, StreamPermit};

@@ -1,5 +1,6 @@
 //! How one node is configured: identity, addresses, peers, data, timing.
 
+use crate::auth::CallerLimits;
 use fusebox_raft_store::Member;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -60,6 +61,10 @@ pub struct NodeConfig {
     /// on. Implies `auth`.
     #[serde(default)]
     pub init_auth: Option<PathBuf>,
+    /// What one caller may do: requests per second, burst, open watch
+    /// streams.
+    #[serde(default)]
+    pub caller_limits: CallerLimits,
 }
 
 /// The client API's TLS files.
@@ -144,6 +149,7 @@ impl NodeConfig {
             insecure: false,
             auth: false,
             init_auth: None,
+            caller_limits: CallerLimits::default(),
         }
     }
 
@@ -203,6 +209,7 @@ impl NodeConfig {
             );
         }
         self.check_exposure()?;
+        self.caller_limits.validate()?;
         let t = &self.timing;
         if t.election_min_ms <= t.heartbeat_ms || t.election_max_ms <= t.election_min_ms {
             return Err("timing: need heartbeat_ms < election_min_ms < election_max_ms".into());

@@ -14,10 +14,10 @@ use crate::api::{AuthService, Forwarder, Gateway, Services};
 use crate::auth::{Guard, GuardLayer, PublishedAuth};
 use crate::backend::Backend;
 use crate::limits::{
-    GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS, LEADER_CONTACT_ELECTIONS,
-    METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES, RAFT_ALIVE_CHECK_PERIOD_MS,
-    RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS,
-    SNAPSHOT_SPACING_LEDGER_DIVISOR,
+    CONNECTION_STREAMS_MAX, GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS,
+    LEADER_CONTACT_ELECTIONS, METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES,
+    RAFT_ALIVE_CHECK_PERIOD_MS, RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX,
+    SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
 };
 use crate::metrics::{self, Metrics};
 use crate::raft::network::Network;
@@ -209,6 +209,7 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         auth.clone(),
         Arc::new(backend.clone()),
         config.auth_required(),
+        config.caller_limits,
     );
     let mut tasks = vec![coalescer_task];
     let peer_addr = match config.peer_listen {
@@ -273,8 +274,8 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         tracing::warn!(
             listen = %config.listen,
             peer_listen = ?config.peer_listen,
-            "--insecure: serving beyond loopback without TLS; anyone who can reach these \
-             addresses can read and change the cluster"
+            "--insecure: serving beyond loopback without TLS or without auth; anyone who can \
+             reach these addresses may read and change the cluster"
         );
     }
     tracing::info!(node = config.id, %grpc_addr, ?peer_addr, "node started");
@@ -411,6 +412,7 @@ fn spawn_grpc(
     // caller, its role.
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
+        .max_concurrent_streams(CONNECTION_STREAMS_MAX)
         .layer(GuardLayer::new(guard))
         .add_optional_service(shared_raft.map(raft_server))
         .add_service(ClusterServer::new(cluster))
@@ -466,6 +468,7 @@ fn spawn_peer_grpc(
     // refuses any other path.
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
+        .max_concurrent_streams(CONNECTION_STREAMS_MAX)
         .layer(GuardLayer::new(guard))
         .add_service(raft_server(raft));
     tokio::spawn(serve(router, listener, tls, stop, "peer grpc"))
