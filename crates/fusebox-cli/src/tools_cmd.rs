@@ -227,13 +227,32 @@ async fn list(
     server: Option<String>,
     tool: Option<String>,
 ) -> anyhow::Result<pb::ListToolsResponse> {
-    let request = pb::ListToolsRequest {
-        namespace: ns.to_owned(),
-        meta: s.meta(),
-        server,
-        tool,
-    };
-    Ok(rpc("tools latency", s.tools().list(request)).await?)
+    // A page holds at most 2 MiB of tools; a namespace's imported and
+    // observed tools fit in far fewer pages than this.
+    const PAGES_MAX: usize = 256;
+    let mut all: Option<pb::ListToolsResponse> = None;
+    let mut page_token = String::new();
+    for _ in 0..PAGES_MAX {
+        let request = pb::ListToolsRequest {
+            namespace: ns.to_owned(),
+            meta: s.meta(),
+            server: server.clone(),
+            tool: tool.clone(),
+            page_token: page_token.clone(),
+        };
+        let page = rpc("tools latency", s.tools().list(request)).await?;
+        page_token.clone_from(&page.next_page_token);
+        match &mut all {
+            None => all = Some(page),
+            Some(all) => all.tools.extend(page.tools),
+        }
+        if page_token.is_empty() {
+            break;
+        }
+    }
+    let mut all = all.unwrap_or_default();
+    all.next_page_token = page_token;
+    Ok(all)
 }
 
 /// `p50/p95/p99` of optional figures, `-` for each missing one.

@@ -220,6 +220,16 @@ impl ClientError {
         }
     }
 
+    /// Whether the cluster answered and refused (a quota, a permission, a
+    /// bad request), as opposed to not answering: sending it again as is
+    /// will not help.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Cluster { .. } | ClientError::InvalidArgument { .. }
+        )
+    }
+
     /// The one-line message for the model (the `Display` text).
     pub fn model_message(&self) -> String {
         self.to_string()

@@ -143,9 +143,24 @@ impl Flusher {
                 )
                 .await;
         match sent {
-            Ok(_) => {
+            Ok(answer) => {
+                if answer.dropped_limit > 0 {
+                    tracing::warn!(
+                        dropped = answer.dropped_limit,
+                        namespace = %self.config.namespace,
+                        "the namespace holds its maximum of breakers: outcomes were dropped, an operator must make room"
+                    );
+                }
                 self.metrics
                     .outcomes_sent
+                    .fetch_add(count, Ordering::Relaxed);
+            }
+            Err(e) if e.is_refusal() => {
+                // A quota or a permission: resending will not help, and the
+                // operator must hear of it.
+                tracing::warn!(error = %e, outcomes = count, "report batch refused");
+                self.metrics
+                    .outcomes_lost
                     .fetch_add(count, Ordering::Relaxed);
             }
             Err(e) => {

@@ -152,3 +152,26 @@ pub const INIT_AUTH_RETRY_MS: u64 = 500;
 /// Concurrent HTTP/2 streams (calls in flight) on one client connection;
 /// more are refused by the transport (REFUSED_STREAM) until one ends.
 pub const CONNECTION_STREAMS_MAX: u32 = 1_024;
+
+/// Bytes of entries one page of a list answer carries at most (ledger
+/// records, policy versions with documents, tools); a page is cut short,
+/// with a token to continue, rather than exceed the 4 MiB every client
+/// decodes. At least one entry is always sent.
+pub const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// Connections one listener holds open at most; one more is closed at once.
+pub const CONNECTIONS_MAX: usize = 8_192;
+
+/// Connections one address may hold open on one listener at most.
+pub const CONNECTIONS_PER_ADDRESS_MAX: usize = 1_024;
+
+/// How long a connection may send nothing before it is closed, in ms. The
+/// server pings every client every [`SERVER_PING_INTERVAL_MS`], and a live
+/// one answers, so this reaps only peers that are dead or never spoke.
+pub const CONNECTION_IDLE_MS: u64 = 120_000;
+
+/// How often the server pings each client connection (HTTP/2 PING), in ms.
+pub const SERVER_PING_INTERVAL_MS: u64 = 30_000;
+
+/// How long a ping may go unanswered before the connection is closed, in ms.
+pub const SERVER_PING_TIMEOUT_MS: u64 = 10_000;

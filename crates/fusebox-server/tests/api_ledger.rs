@@ -338,3 +338,47 @@ async fn listing_pages_through_every_record_once() {
         (0..5).map(|i| format!("page-{i}")).collect::<Vec<_>>()
     );
 }
+
+#[tokio::test]
+async fn a_page_of_large_results_is_cut_by_bytes_and_continues_where_it_stopped() {
+    let (_, node) = local().await;
+    let mut ledger = node.ledger;
+    // 300 records with 16 KiB results: about 4.8 MiB, more than a client
+    // decodes in one message (4 MiB).
+    let keys: Vec<String> = (0..300).map(|i| format!("big-{i:03}")).collect();
+    for key in &keys {
+        begun(&mut ledger, begin(key, "a1", b"fp")).await;
+        let done = Done::Succeeded(CompleteSucceeded {
+            operation_id: format!("op-{key}"),
+            result: vec![b'r'; 16 * 1024],
+        });
+        within(ledger.complete(complete(key, "a1", done)))
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut page_token = String::new();
+    let mut pages = 0;
+    loop {
+        let request = ListRecordsRequest {
+            namespace: NS.into(),
+            limit: 1_000,
+            page_token: page_token.clone(),
+            ..Default::default()
+        };
+        let page = within(ledger.list(request)).await.unwrap().into_inner();
+        assert!(
+            prost::Message::encoded_len(&page) < 4 * 1024 * 1024,
+            "a page fits what a client decodes"
+        );
+        pages += 1;
+        seen.extend(page.records.into_iter().map(|r| r.key));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+        assert!(pages < 10, "the pages end");
+    }
+    assert!(pages >= 3, "cut by bytes, not by count: {pages} pages");
+    assert_eq!(seen, keys, "every record once, in key order");
+}

@@ -16,10 +16,12 @@ use crate::tools::ToolId;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl<L: LedgerStore> StateMachine<L> {
-    /// One replica's report. Outcomes a full namespace cannot take are
-    /// counted as dropped, not refused: the rest of the batch still counts.
-    /// A batch the replica's mark says was counted already (a resend)
-    /// changes nothing (`report_marks.rs`).
+    /// One replica's report. A report to a namespace the cluster has no
+    /// room for is refused whole (the caller learns it, nothing is counted).
+    /// Outcomes a namespace full of breakers cannot take are counted as
+    /// dropped, not refused: the rest of the batch still counts, and the
+    /// answer says how many were dropped. A batch the replica's mark says
+    /// was counted already (a resend) changes nothing (`report_marks.rs`).
     pub(super) fn report(
         &mut self,
         ns: &Namespace,
@@ -29,6 +31,7 @@ impl<L: LedgerStore> StateMachine<L> {
         now: Timestamp,
         events: &mut Vec<WatchEvent>,
     ) -> Result<Answer, CoreError> {
+        self.fleet.check_namespace_room(ns)?;
         if self.fleet.report_marks.is_repeat(ns, replica, batch_seq) {
             let duplicate = u32::try_from(outcomes.len()).unwrap_or(u32::MAX);
             return Ok(Answer::Reported(ReportSummary {

@@ -145,6 +145,9 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let Answer::Reported(summary) = &applied.answer else {
             return Err(unexpected(&applied.answer));
         };
+        if summary.dropped_limit > 0 {
+            tracing::warn!(namespace = %request.get_ref().namespace, dropped = summary.dropped_limit, "outcomes dropped: the namespace holds its maximum of breakers");
+        }
         let revision = self.gateway.revision_after(&applied).await?;
         Ok(Response::new(report_to_proto(
             summary,

@@ -11,7 +11,7 @@ use super::convert::ledger::{
     begin_from_proto, begin_to_proto, complete_from_proto, list_from_proto, record_to_proto,
     resolve_from_proto, status_name,
 };
-use super::convert::{meta, required};
+use super::convert::{cut_to_page_bytes, meta, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::{Backend, Consistency};
@@ -188,13 +188,21 @@ impl<B: Backend> Ledger for LedgerService<B> {
                 format!("namespace {ns} has no ledger records"),
             ));
         };
+        let mut records: Vec<pb::LedgerRecord> = page
+            .records
+            .iter()
+            .map(|r| record_to_proto(&ns, r))
+            .collect();
+        // Records carry results of up to 16 KiB: a full page by count could
+        // exceed what a client decodes, so it is cut by bytes too.
+        let next_page_token = if cut_to_page_bytes(&mut records) {
+            records.last().map(|r| r.key.clone()).unwrap_or_default()
+        } else {
+            page.next_after_key.unwrap_or_default()
+        };
         Ok(Response::new(pb::ListRecordsResponse {
-            records: page
-                .records
-                .iter()
-                .map(|r| record_to_proto(&ns, r))
-                .collect(),
-            next_page_token: page.next_after_key.unwrap_or_default(),
+            records,
+            next_page_token,
         }))
     }
 

@@ -9,7 +9,7 @@
 use super::convert::policy::{
     draft_to_proto, format_from_proto, kill_switch_to_proto, version_to_proto,
 };
-use super::convert::{actor, bounded, meta, number_token, page_limit, required};
+use super::convert::{actor, bounded, cut_to_page_bytes, meta, number_token, page_limit, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
@@ -319,15 +319,18 @@ fn history_page(
         .collect();
     let more = page.len() > limit;
     page.truncate(limit);
-    let next_page_token = match (more, page.last()) {
+    let mut versions: Vec<pb::PolicyVersion> = page
+        .into_iter()
+        .map(|v| version_to_proto(ns, v, documents))
+        .collect();
+    // With documents (up to 256 KiB each) a page is cut by bytes too.
+    let cut = cut_to_page_bytes(&mut versions);
+    let next_page_token = match (more || cut, versions.last()) {
         (true, Some(last)) => last.version.to_string(),
         _ => String::new(),
     };
     Some(pb::PolicyHistoryResponse {
-        versions: page
-            .into_iter()
-            .map(|v| version_to_proto(ns, v, documents))
-            .collect(),
+        versions,
         next_page_token,
     })
 }

@@ -9,7 +9,7 @@
 
 use super::convert::tools::tool_latency;
 use super::convert::tools::{imported_to_proto, manifest_from_proto, problem_to_proto, tool_ids};
-use super::convert::{actor, meta, name};
+use super::convert::{actor, cut_to_page_bytes, meta, name};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::Backend;
@@ -33,6 +33,22 @@ impl<B: Backend> ToolsService<B> {
     pub fn new(gateway: Gateway<B>) -> Self {
         ToolsService { gateway }
     }
+}
+
+/// The tool a `Tools.List` page continues after (`SERVER/TOOL`).
+fn page_after(ns: &Namespace, token: &str) -> Result<Option<ToolId>, Status> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        status::invalid_argument(
+            "page_token",
+            "page_token",
+            "is not a token this server issued",
+        )
+    };
+    let (server, tool) = token.split_once('/').ok_or_else(bad)?;
+    tool_id(ns, server, tool).map(Some).map_err(|_| bad())
 }
 
 /// A tool's id from request fields, each checked.
@@ -143,14 +159,30 @@ impl<B: Backend> Tools for ToolsService<B> {
         if let Some(tool) = &req.tool {
             name("tool", tool, ToolName::new)?;
         }
+        let after = page_after(&ns, &req.page_token)?;
         let response = self
             .gateway
             .read_local(move |s| {
                 let ids = tool_ids(s, &ns, req.server.as_deref(), req.tool.as_deref());
+                let mut tools: Vec<pb::ToolLatency> = ids
+                    .iter()
+                    .filter(|id| after.as_ref().is_none_or(|a| *id > a))
+                    .map(|id| tool_latency(s, id))
+                    .collect();
+                // Each tool may carry a 16 KiB disclosure: page by bytes.
+                let next_page_token = if cut_to_page_bytes(&mut tools) {
+                    tools
+                        .last()
+                        .map(|t| format!("{}/{}", t.server, t.tool))
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
                 pb::ListToolsResponse {
-                    tools: ids.iter().map(|id| tool_latency(s, id)).collect(),
+                    tools,
                     revision: s.revision(),
                     as_of_ms: s.now().as_millis(),
+                    next_page_token,
                 }
             })
             .await?;

@@ -7,7 +7,7 @@ use super::coalescer::ReportCoalescer;
 use super::config::NodeConfig;
 use super::contact::LeaderContact;
 use super::env::NodeEnv;
-use super::incoming::incoming;
+use super::incoming::{incoming, Connections};
 use super::init_auth;
 use super::observer::Observer;
 use crate::api::{AuthService, Forwarder, Gateway, Services};
@@ -17,7 +17,8 @@ use crate::limits::{
     CONNECTION_STREAMS_MAX, GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS,
     LEADER_CONTACT_ELECTIONS, METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES,
     RAFT_ALIVE_CHECK_PERIOD_MS, RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX,
-    SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
+    SERVER_PING_INTERVAL_MS, SERVER_PING_TIMEOUT_MS, SHUTDOWN_TASK_WAIT_MS,
+    SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
 };
 use crate::metrics::{self, Metrics};
 use crate::raft::network::Network;
@@ -413,6 +414,8 @@ fn spawn_grpc(
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
         .max_concurrent_streams(CONNECTION_STREAMS_MAX)
+        .http2_keepalive_interval(Some(Duration::from_millis(SERVER_PING_INTERVAL_MS)))
+        .http2_keepalive_timeout(Some(Duration::from_millis(SERVER_PING_TIMEOUT_MS)))
         .layer(GuardLayer::new(guard))
         .add_optional_service(shared_raft.map(raft_server))
         .add_service(ClusterServer::new(cluster))
@@ -449,7 +452,7 @@ async fn serve(
         let _ = stop.wait_for(|s| *s).await;
     };
     if let Err(e) = router
-        .serve_with_incoming_shutdown(incoming(listener, tls), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener, tls, Connections::default()), shutdown)
         .await
     {
         tracing::error!(error = %e, server = what, "grpc server stopped");
@@ -469,6 +472,8 @@ fn spawn_peer_grpc(
     let router = tonic::transport::Server::builder()
         .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
         .max_concurrent_streams(CONNECTION_STREAMS_MAX)
+        .http2_keepalive_interval(Some(Duration::from_millis(SERVER_PING_INTERVAL_MS)))
+        .http2_keepalive_timeout(Some(Duration::from_millis(SERVER_PING_TIMEOUT_MS)))
         .layer(GuardLayer::new(guard))
         .add_service(raft_server(raft));
     tokio::spawn(serve(router, listener, tls, stop, "peer grpc"))

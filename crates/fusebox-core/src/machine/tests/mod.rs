@@ -1,6 +1,7 @@
 //! Unit tests of the state machine, one file per command family (no IO).
 
 mod probes;
+mod quotas;
 mod tools;
 
 use super::{Command, StateMachine};

@@ -15,7 +15,9 @@ pub mod watch;
 
 use super::status;
 use crate::auth::Caller;
-use crate::limits::{LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX};
+use crate::limits::{
+    LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX, PAGE_BYTES_MAX,
+};
 use fusebox_core::limits::{ID_BYTES_MAX, LIST_LIMIT_MAX};
 use fusebox_core::{CoreError, Namespace};
 use fusebox_proto::v1::RequestMeta;
@@ -114,6 +116,22 @@ pub fn actor(
     Ok(actor.to_owned())
 }
 
+/// Keeps the leading entries whose encodings add up to at most
+/// [`PAGE_BYTES_MAX`], always at least one; whether any were cut.
+pub fn cut_to_page_bytes<T: prost::Message>(entries: &mut Vec<T>) -> bool {
+    let mut total = 0usize;
+    let keep = entries
+        .iter()
+        .position(|entry| {
+            total = total.saturating_add(entry.encoded_len());
+            total > PAGE_BYTES_MAX
+        })
+        .map_or(entries.len(), |first_over| first_over.max(1));
+    let cut = keep < entries.len();
+    entries.truncate(keep);
+    cut
+}
+
 /// A page size: 0 means the default, and every size is capped.
 pub fn page_limit(limit: u32) -> usize {
     match usize::try_from(limit) {
@@ -145,6 +163,24 @@ mod tests {
             .map(|s| s.message().to_owned())
             .unwrap_or_default();
         assert!(err.starts_with("invalid outcomes[2].server"), "{err}");
+    }
+
+    #[test]
+    fn pages_are_cut_by_bytes_but_never_empty() {
+        let big = |n: usize| RequestMeta {
+            caller: "x".repeat(n),
+            ..Default::default()
+        };
+        let mut one_huge = vec![big(PAGE_BYTES_MAX + 10), big(1)];
+        assert!(cut_to_page_bytes(&mut one_huge));
+        assert_eq!(one_huge.len(), 1, "the first entry is always sent");
+        let third = PAGE_BYTES_MAX / 3;
+        let mut thirds = vec![big(third), big(third), big(third), big(third)];
+        assert!(cut_to_page_bytes(&mut thirds));
+        assert_eq!(thirds.len(), 2);
+        let mut small = vec![big(10), big(10)];
+        assert!(!cut_to_page_bytes(&mut small));
+        assert_eq!(small.len(), 2);
     }
 
     #[test]

@@ -164,6 +164,7 @@ pub fn report_to_proto(
         accepted: sent - fenced,
         ignored: fenced.saturating_add(unclassified),
         revision,
+        dropped_limit: summary.dropped_limit.div_ceil(2).min(sent),
     }
 }
 
