@@ -12,86 +12,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use bytes::{Buf, BufMut, Bytes};
+mod node_support;
+
+use bytes::Bytes;
 use fusebox_core::auth::Role;
 use fusebox_proto::v1::auth_client::AuthClient;
 use fusebox_proto::v1::{IssueTokenRequest, RevokeTokenRequest, WhoAmIRequest};
 use fusebox_server::api::status::detail_of;
 use fusebox_server::auth::rules::{Rule, RULES};
 use fusebox_server::auth::CallerLimits;
-use fusebox_server::node::{start, NodeConfig, RunningNode};
-use prost::Message;
-use std::net::SocketAddr;
+use node_support::{bearer, call_raw, issue, methods, node, node_with, Method};
 use std::time::Duration;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request, Status};
-
-/// Raw bytes in, raw bytes out.
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-
-struct RawEncoder;
-struct RawDecoder;
-
-impl Encoder for RawEncoder {
-    type Item = Bytes;
-    type Error = Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawDecoder {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-/// One RPC the protos declare.
-#[derive(Clone, Debug)]
-struct Method {
-    path: String,
-    client_streaming: bool,
-    server_streaming: bool,
-}
-
-/// Every method of every service in the descriptor set.
-fn methods() -> Vec<Method> {
-    let set = prost_types::FileDescriptorSet::decode(fusebox_proto::FILE_DESCRIPTOR_SET).unwrap();
-    let mut found = Vec::new();
-    for file in &set.file {
-        let package = file.package();
-        for service in &file.service {
-            for method in &service.method {
-                found.push(Method {
-                    path: format!("/{package}.{}/{}", service.name(), method.name()),
-                    client_streaming: method.client_streaming(),
-                    server_streaming: method.server_streaming(),
-                });
-            }
-        }
-    }
-    assert!(found.len() > 30, "the descriptor set lists the API");
-    found
-}
+use tonic::transport::Channel;
+use tonic::{Code, Request};
 
 fn rule(path: &str) -> Option<Rule> {
     RULES.iter().find(|(p, _)| *p == path).map(|(_, r)| *r)
@@ -138,100 +71,9 @@ fn body(path: &str, namespace: Option<&str>) -> Bytes {
 
 /// Calls `method` with `token`; the code it was answered with.
 async fn call(channel: &Channel, method: &Method, token: Option<&str>, ns: Option<&str>) -> Code {
-    let mut grpc = tonic::client::Grpc::new(channel.clone());
-    grpc.ready().await.unwrap();
-    let mut request = Request::new(body(&method.path, ns));
-    request.set_timeout(Duration::from_secs(5));
-    if let Some(token) = token {
-        let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
-        request.metadata_mut().insert("authorization", value);
-    }
-    let path = method.path.parse().unwrap();
-    let answer = if method.server_streaming {
-        grpc.server_streaming(request, path, RawCodec)
-            .await
-            .map(|_| ())
-    } else {
-        grpc.unary(request, path, RawCodec).await.map(|_| ())
-    };
-    answer.map_or_else(|s| s.code(), |()| Code::Ok)
-}
-
-struct Node {
-    node: RunningNode,
-    channel: Channel,
-    admin: String,
-    _dir: tempfile::TempDir,
-}
-
-/// One node on loopback that requires auth, with its first admin token.
-async fn node() -> Node {
-    node_with(CallerLimits::default()).await
-}
-
-/// [`node`] metering callers within `limits`.
-async fn node_with(limits: CallerLimits) -> Node {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = NodeConfig::single_node();
-    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.peers = [(1, "127.0.0.1:0".to_owned())].into();
-    config.http = None;
-    config.data_dir = dir.path().join("data");
-    config.init_auth = Some(dir.path().join("admin.token"));
-    config.caller_limits = limits;
-    let node = start(config).await.unwrap();
-    let channel = Endpoint::from_shared(format!("http://{}", node.grpc_addr))
-        .unwrap()
-        .connect_lazy();
-    let admin = std::fs::read_to_string(dir.path().join("admin.token"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    // The leader issues the token once it leads.
-    let started = std::time::Instant::now();
-    loop {
-        let mut request = Request::new(WhoAmIRequest::default());
-        bearer(&mut request, &admin);
-        if AuthClient::new(channel.clone())
-            .who_am_i(request)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "admin token never took effect"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Node {
-        node,
-        channel,
-        admin,
-        _dir: dir,
-    }
-}
-
-fn bearer<T>(request: &mut Request<T>, token: &str) {
-    let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
-    request.metadata_mut().insert("authorization", value);
-}
-
-async fn issue(node: &Node, name: &str, role: Role, namespaces: &[&str]) -> (String, String) {
-    let mut request = Request::new(IssueTokenRequest {
-        name: name.into(),
-        role: role.name().into(),
-        namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
-        ..Default::default()
-    });
-    bearer(&mut request, &node.admin);
-    let reply = AuthClient::new(node.channel.clone())
-        .issue_token(request)
+    call_raw(channel, method, token, body(&method.path, ns))
         .await
-        .unwrap()
-        .into_inner();
-    (reply.token, reply.token_id)
+        .0
 }
 
 const OWN: &str = "own";
