@@ -11,7 +11,9 @@ use crate::agents::Replica;
 use crate::scenario::Scenario;
 use crate::tools::{self, Behaviour, CONCURRENT_PROBES};
 use crate::world::{sim_ms, World};
-use fusebox_client::{ClientError, Journey, ToolFailure, ToolRef, WriteRequest, WriteSuccess};
+use fusebox_client::{
+    ClientError, Journey, OutcomeClass, ToolFailure, ToolRef, WriteRequest, WriteSuccess,
+};
 use std::time::Duration;
 
 /// When the dependency of `sustained_dependency_failure` starts failing.
@@ -71,8 +73,40 @@ pub(crate) async fn turn(replica: &mut Replica) {
 }
 
 /// `get_deployment_job` answers 503 to the first attempt of every call and
-/// succeeds on the second: every call succeeds in exactly two attempts.
+/// succeeds on the second: every call succeeds in exactly two attempts. A
+/// `restart_deployment_job` that meets the same 503 is a non-idempotent
+/// write: it is never retried, so the backend sees it once.
 async fn read_transient_503(replica: &mut Replica) {
+    transient_read(replica).await;
+    transient_write(replica).await;
+}
+
+async fn transient_write(replica: &mut Replica) {
+    let Some(restart) = tool("deploy", "restart_deployment_job") else {
+        return;
+    };
+    let key = format!("transient-{}-{}", replica.name, replica.ops);
+    let request = WriteRequest::new(restart, &key, "job-9", key.as_bytes());
+    let journey = replica.journey();
+    let (world, k) = (replica.world.clone(), key.clone());
+    let written = replica
+        .client
+        .write(&journey, &request, |_ctx| {
+            let (world, k) = (world.clone(), k.clone());
+            async move {
+                *world.write_runs.borrow_mut().entry(k).or_default() += 1;
+                Err::<WriteSuccess, _>(ToolFailure::new(OutcomeClass::ServerError, "503"))
+            }
+        })
+        .await;
+    if written.is_ok() {
+        replica
+            .world
+            .count("transient: a failed write reported success");
+    }
+}
+
+async fn transient_read(replica: &mut Replica) {
     let Some(job) = tool("deploy", "get_deployment_job") else {
         return;
     };
@@ -175,7 +209,8 @@ async fn write_response_lost(replica: &mut Replica) {
 }
 
 /// `get_deployment_job` answers 503 for 90 s: the breaker opens fleet-wide,
-/// one probe at a time tests it, and no write is made in its stead.
+/// one probe at a time tests it, and every refusal tells the agent about
+/// when to try again.
 async fn sustained_failure(replica: &mut Replica) {
     let Some(job) = tool("deploy", "get_deployment_job") else {
         return;
@@ -195,6 +230,13 @@ async fn sustained_failure(replica: &mut Replica) {
             }
         })
         .await;
+    if let Err(ClientError::CircuitOpen {
+        retry_after_ms: None,
+        ..
+    }) = &called
+    {
+        replica.world.count("outage: rejected without a retry hint");
+    }
     let name = match (&called, failing) {
         (Err(ClientError::CircuitOpen { .. }), true) => "outage: rejected by the open breaker",
         (Err(ClientError::CircuitOpen { .. }), false) => "outage: rejected after the outage",
@@ -230,7 +272,7 @@ async fn budget_exhausted(replica: &mut Replica) {
             let (world, job, intent) = (world.clone(), job.clone(), intent.clone());
             async move {
                 world.count("budget: attempts");
-                if ctx.intent_id == intent && !ctx.tool_call_id.is_empty() {
+                if ctx.intent_id == intent {
                     world.count("budget: correlation id seen by the tool");
                 }
                 tools::run(&world, &job, &ctx, Behaviour::Healthy { ms: 5_000 }).await
@@ -238,6 +280,24 @@ async fn budget_exhausted(replica: &mut Replica) {
         })
         .await;
     replica.world.count("budget: turns");
+    // The user quotes the intent id from the error the agent received.
+    let quoted = match &called {
+        Err(
+            ClientError::Timeout { intent_id, .. } | ClientError::BudgetExhausted { intent_id, .. },
+        ) => Some(
+            intent_id == &intent
+                && called
+                    .as_ref()
+                    .err()
+                    .is_some_and(|e| e.to_string().contains(&intent)),
+        ),
+        _ => None,
+    };
+    match quoted {
+        Some(true) => replica.world.count("budget: error names the intent"),
+        Some(false) => replica.world.count("budget: error without the intent"),
+        None => {}
+    }
     match &called {
         Err(ClientError::Timeout { layer, .. }) => {
             replica.world.count("budget: timeout with its layer");
@@ -342,7 +402,6 @@ pub fn judge(world: &World, scenario: Scenario, end_ms: u64) {
             );
         }
     };
-    let writes: u32 = world.write_runs.borrow().values().sum();
     match scenario {
         Scenario::Chaos | Scenario::IsolatedLeaderReads => {}
         Scenario::ReadTransient503 => {
@@ -355,7 +414,16 @@ pub fn judge(world: &World, scenario: Scenario, end_ms: u64) {
                     == 0,
                 "a call did not answer in exactly two attempts",
             );
-            expect(writes == 0, "a backend write was made");
+            let runs = world.write_runs.borrow();
+            expect(!runs.is_empty(), "no write met the transient 503");
+            expect(
+                runs.values().all(|n| *n == 1),
+                "a non-idempotent write that met a 503 was retried",
+            );
+            expect(
+                counter(world, "transient: a failed write reported success") == 0,
+                "a failed write reported success",
+            );
         }
         Scenario::WriteResponseLostAfterAccept => {
             let runs = world.write_runs.borrow();
@@ -386,7 +454,10 @@ pub fn judge(world: &World, scenario: Scenario, end_ms: u64) {
             );
             expect(max >= 1, "the open breaker was never probed");
             expect(max <= CONCURRENT_PROBES, "more than one probe at a time");
-            expect(writes == 0, "a write was made in the read's stead");
+            expect(
+                counter(world, "outage: rejected without a retry hint") == 0,
+                "a refusal did not say when to try again",
+            );
             expect(
                 counter(world, "outage: recovered") > 0,
                 "calls did not succeed again after the outage",
@@ -411,6 +482,11 @@ pub fn judge(world: &World, scenario: Scenario, end_ms: u64) {
                 counter(world, "budget: correlation id seen by the tool")
                     == counter(world, "budget: attempts"),
                 "the tool did not see the turn's correlation id",
+            );
+            expect(
+                counter(world, "budget: error names the intent") > 0
+                    && counter(world, "budget: error without the intent") == 0,
+                "a timeout or budget error did not name the turn's intent id",
             );
         }
         Scenario::OneSlowOfTwenty => {

@@ -123,7 +123,7 @@ impl Client {
                     })
                 }
                 AttemptEnd::Done(Err(failure)) => failure,
-                other => return Err(self.stopped(tool, &other, elapsed)),
+                other => return Err(self.stopped(journey, tool, &other, elapsed)),
             };
             let wait = self.backoff(&policy, attempt);
             let allowed =
@@ -263,6 +263,7 @@ impl Client {
             bump(&self.inner.metrics.budget_exhausted);
             return Err(ClientError::BudgetExhausted {
                 tool: tool.tool().to_owned(),
+                intent_id: journey.intent_id().to_owned(),
                 elapsed_ms: ms(journey.elapsed()),
                 budget_ms: ms(journey.budget()),
                 reserve_ms: ms(journey.reserve()),
@@ -459,6 +460,7 @@ impl Client {
     /// The error for an attempt that a deadline or a cancellation stopped.
     pub(crate) fn stopped<T>(
         &self,
+        journey: &Journey,
         tool: &ToolRef,
         end: &AttemptEnd<T>,
         elapsed: Duration,
@@ -466,6 +468,7 @@ impl Client {
         match end {
             AttemptEnd::TimedOut { layer, deadline } => ClientError::Timeout {
                 tool: tool.tool().to_owned(),
+                intent_id: journey.intent_id().to_owned(),
                 layer: *layer,
                 elapsed_ms: ms(elapsed),
                 deadline_ms: ms(*deadline),

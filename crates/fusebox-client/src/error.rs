@@ -60,10 +60,12 @@ pub enum ClientError {
         degraded: bool,
     },
     /// A deadline expired; the call was cancelled.
-    #[error("{tool} timed out after {elapsed_ms} ms ({layer} deadline of {deadline_ms} ms); {}", timeout_advice(*layer))]
+    #[error("{tool} timed out after {elapsed_ms} ms ({layer} deadline of {deadline_ms} ms; intent {intent_id}); {}", timeout_advice(*layer))]
     Timeout {
         /// The tool called.
         tool: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: String,
         /// The layer whose deadline expired.
         layer: Layer,
         /// Time spent in the attempt when it was stopped.
@@ -73,10 +75,12 @@ pub enum ClientError {
     },
     /// The journey has no budget left for another call once its reserve for
     /// the final answer is kept.
-    #[error("no time left for {tool}: {elapsed_ms} ms of the {budget_ms} ms turn are spent and {reserve_ms} ms are kept to answer; answer with what you have")]
+    #[error("no time left for {tool}: {elapsed_ms} ms of the {budget_ms} ms turn are spent and {reserve_ms} ms are kept to answer (intent {intent_id}); answer with what you have")]
     BudgetExhausted {
         /// The tool that would have been called.
         tool: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: String,
         /// Time the journey has run.
         elapsed_ms: u64,
         /// The journey's total budget.

@@ -19,6 +19,7 @@ use crate::journey::Journey;
 use crate::metrics::bump;
 use crate::retry;
 use crate::tool::{CallContext, ToolFailure, ToolRef};
+use fusebox_core::limits::{LEASE_MS_MAX, STORED_RESULT_BYTES_MAX};
 use fusebox_core::policy::{EffectClass, ToolPolicy};
 use fusebox_core::OutcomeClass;
 use fusebox_proto::v1 as pb;
@@ -93,7 +94,12 @@ pub struct WriteOutput {
 
 /// What the ledger said to `begin`, as the flow acts on it.
 enum Claim {
-    Started { attempt_id: String },
+    Started {
+        attempt_id: String,
+        /// The cluster shortened the lease asked for to its longest: the
+        /// write must renew it while the tool runs.
+        clamped: bool,
+    },
     Replay(WriteOutput),
 }
 
@@ -140,8 +146,12 @@ impl Client {
             let lease_ms = u64::try_from(deadline.duration.as_millis())
                 .unwrap_or(u64::MAX)
                 .saturating_add(self.inner.config.write_lease_margin_ms);
-            let attempt_id = match self.begin(journey, request, &policy, lease_ms).await {
-                Ok(Claim::Started { attempt_id }) => attempt_id,
+            let (attempt_id, clamped) = match self.begin(journey, request, &policy, lease_ms).await
+            {
+                Ok(Claim::Started {
+                    attempt_id,
+                    clamped,
+                }) => (attempt_id, clamped),
                 Ok(Claim::Replay(output)) => {
                     self.drop_pass(tool, &policy, pass);
                     bump(&self.inner.metrics.writes_replayed);
@@ -157,11 +167,19 @@ impl Client {
             let mut ctx =
                 self.context(journey, attempt, deadline, Some(request.key.clone()), probe);
             ctx.tool_call_id = attempt_id.clone();
-            let (end, elapsed) = self
-                .attempt(journey, tool, &pass, ctx, deadline, &mut f)
-                .await;
+            let call = self.attempt(journey, tool, &pass, ctx, deadline, &mut f);
+            let (end, elapsed) = if clamped {
+                // A call longer than the longest lease: keep the key ours
+                // until it ends (`renewing` never finishes by itself).
+                tokio::select! {
+                    ended = call => ended,
+                    () = self.renewing(journey, request, &attempt_id) => unreachable!("renewing never ends"),
+                }
+            } else {
+                call.await
+            };
             let class = end.class();
-            let settled = self.settled(tool, end, elapsed);
+            let settled = self.settled(journey, tool, end, elapsed);
             self.settle(tool, &policy, pass, class, elapsed);
             let recorded = self.complete(journey, request, &attempt_id, &settled).await;
             match settled {
@@ -227,14 +245,20 @@ impl Client {
     }
 
     /// What the ledger must record for an attempt's end.
-    fn settled(&self, tool: &ToolRef, end: AttemptEnd<WriteSuccess>, elapsed: Duration) -> Settled {
+    fn settled(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+        end: AttemptEnd<WriteSuccess>,
+        elapsed: Duration,
+    ) -> Settled {
         match end {
             AttemptEnd::Done(Ok(success)) => Settled::Succeeded(success),
             AttemptEnd::Done(Err(failure)) => settle_failure(failure),
             AttemptEnd::TimedOut { .. } | AttemptEnd::Cancelled => Settled::Ambiguous {
                 reason: format!(
                     "{}; the request had left",
-                    self.stopped(tool, &end, elapsed)
+                    self.stopped(journey, tool, &end, elapsed)
                 ),
             },
         }
@@ -279,6 +303,39 @@ impl Client {
         self.claim(request, attempt_id, answer.outcome)
     }
 
+    /// Renews the lease of `attempt_id` a third of the longest lease apart,
+    /// for as long as it is polled; a refused renewal (the lease lapsed, the
+    /// key settled) stops renewing, and the completion will say what
+    /// happened.
+    async fn renewing(&self, journey: &Journey, request: &WriteRequest, attempt_id: &str) {
+        let every = Duration::from_millis(LEASE_MS_MAX / 3);
+        loop {
+            tokio::time::sleep(every).await;
+            let message = pb::RenewRequest {
+                namespace: self.inner.config.namespace.to_string(),
+                meta: None,
+                key: request.key.clone(),
+                attempt_id: attempt_id.to_owned(),
+                lease_ms: LEASE_MS_MAX,
+            };
+            let rpc = journey.deadline(self.inner.config.rpc_timeout(), Layer::Cluster);
+            let renewed = self
+                .inner
+                .endpoints
+                .call(
+                    "ledger_renew",
+                    rpc.duration,
+                    message,
+                    |channel, req| async move { LedgerClient::new(channel).renew(req).await },
+                )
+                .await;
+            if let Err(e) = renewed {
+                tracing::warn!(key = %request.key, error = %e, "lease renewal refused; no more renewals for this attempt");
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     fn claim(
         &self,
         request: &WriteRequest,
@@ -289,6 +346,7 @@ impl Client {
         let key = request.key.clone();
         match outcome {
             Some(Begun::Started(s)) => Ok(Claim::Started {
+                clamped: s.lease_clamped,
                 attempt_id: if s.attempt_id.is_empty() {
                     attempt_id
                 } else {
@@ -357,7 +415,7 @@ impl Client {
         let outcome = match settled {
             Settled::Succeeded(s) => Completion::Succeeded(pb::CompleteSucceeded {
                 operation_id: s.operation_id.clone(),
-                result: s.result.clone(),
+                result: storable(&request.key, &s.result),
             }),
             Settled::Released { message, .. } => {
                 Completion::FailedBeforeExecution(pb::CompleteFailedBeforeExecution {
@@ -390,6 +448,24 @@ impl Client {
             .await
             .map(|_| ())
     }
+}
+
+/// The result as the ledger can keep it: one over
+/// [`STORED_RESULT_BYTES_MAX`] would get the whole completion refused, the
+/// lease would lapse and a non-idempotent write would turn ambiguous
+/// although it succeeded. The success is recorded without it instead, and
+/// a replay returns the operation id and an empty result.
+fn storable(key: &str, result: &[u8]) -> Vec<u8> {
+    if result.len() > STORED_RESULT_BYTES_MAX {
+        tracing::warn!(
+            key,
+            bytes = result.len(),
+            max = STORED_RESULT_BYTES_MAX,
+            "write result too large to store; a replay of this key returns no result"
+        );
+        return Vec::new();
+    }
+    result.to_vec()
 }
 
 /// How a classified failure is recorded.
@@ -510,6 +586,14 @@ mod tests {
         ));
         let said_no = ToolFailure::new(OutcomeClass::ServerError, "500");
         assert!(matches!(settle_failure(said_no), Settled::Failed { .. }));
+    }
+
+    #[test]
+    fn a_result_too_large_to_store_is_recorded_empty() {
+        assert_eq!(storable("k", b"ok"), b"ok".to_vec());
+        let exact = vec![0u8; STORED_RESULT_BYTES_MAX];
+        assert_eq!(storable("k", &exact).len(), STORED_RESULT_BYTES_MAX);
+        assert!(storable("k", &vec![0u8; STORED_RESULT_BYTES_MAX + 1]).is_empty());
     }
 
     #[test]

@@ -88,6 +88,10 @@ async fn a_turn_never_outlives_its_budget_and_the_timeout_names_the_layer() {
         other => panic!("expected a timeout, got {other}"),
     }
     assert!(err.to_string().contains("journey deadline"), "{err}");
+    assert!(
+        err.to_string().contains(journey.intent_id()),
+        "the user can quote the intent id: {err}"
+    );
     assert!(spent <= budget, "spent {spent:?} of a {budget:?} budget");
     assert!(journey.remaining() >= Duration::ZERO);
     wait_for("the call's token to fire", Duration::from_secs(2), || {
@@ -102,6 +106,7 @@ async fn a_turn_never_outlives_its_budget_and_the_timeout_names_the_layer() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), "budget_exhausted", "{err}");
+    assert!(err.to_string().contains(journey.intent_id()), "{err}");
     assert!(journey.elapsed() <= budget);
 
     tracing::info!("a tight per-tool deadline inside a roomy journey names the tool layer");

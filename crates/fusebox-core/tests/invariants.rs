@@ -44,7 +44,7 @@
 use fusebox_core::breaker::{BreakerKey, BreakerState, Phase, ProbeAnswer, ProbeResult};
 use fusebox_core::ledger::{
     BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion, Decision, LedgerStore,
-    Record, ResolveAnswer, ResolveRequest, Status,
+    Record, RenewRequest, ResolveAnswer, ResolveRequest, Status,
 };
 use fusebox_core::limits::{CLOCK_CATCH_UP_RATE, CLOCK_STEP_MS_MAX, LEASE_MS_MAX};
 use fusebox_core::machine::{
@@ -277,6 +277,12 @@ enum Op {
         decision: Decision,
         note_ok: bool,
     },
+    Renew {
+        ns: usize,
+        key: usize,
+        attempt: AttemptRef,
+        lease_ms: u64,
+    },
     ApplyPolicy {
         ns: usize,
         document: usize,
@@ -453,11 +459,14 @@ fn ledger_op() -> impl Strategy<Value = Op> {
         prop_oneof![1 => Just(AttemptRef::Holder), 1 => (0..ATTEMPTS).prop_map(AttemptRef::Fixed)];
     prop_oneof![
         5 => begin_op(),
-        4 => (skewed(2), 0..KEYS, attempt, completion()).prop_map(
+        4 => (skewed(2), 0..KEYS, attempt.clone(), completion()).prop_map(
             |(ns, key, attempt, completion)| Op::Complete { ns, key, attempt, completion }
         ),
         2 => (skewed(2), 0..KEYS, decision(), prop::bool::weighted(0.95)).prop_map(
             |(ns, key, decision, note_ok)| Op::Resolve { ns, key, decision, note_ok }
+        ),
+        2 => (skewed(2), 0..KEYS, attempt, 1_000u64..60_000).prop_map(
+            |(ns, key, attempt, lease_ms)| Op::Renew { ns, key, attempt, lease_ms }
         ),
     ]
 }
@@ -1194,6 +1203,19 @@ impl<'a> Run<'a> {
                     decision: decision.clone(),
                     actor: "alice".into(),
                     note: if *note_ok { "checked the backend" } else { "" }.into(),
+                },
+            },
+            Op::Renew {
+                ns: n,
+                key,
+                attempt,
+                lease_ms,
+            } => Command::Renew {
+                namespace: ns(*n),
+                request: RenewRequest {
+                    key: idem_key(*key),
+                    attempt: self.attempt(*n, *key, *attempt),
+                    lease_ms: *lease_ms,
                 },
             },
             _ => return None,

@@ -5,7 +5,8 @@
 
 use fusebox_core::ledger::{
     AmbiguityCause, BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion,
-    Decision, LedgerStore, ListFilter, ResolveAnswer, ResolveRequest, Status,
+    Decision, LedgerStore, ListFilter, RenewAnswer, RenewRequest, ResolveAnswer, ResolveRequest,
+    Status,
 };
 use fusebox_core::limits::{CLOCK_STEP_MS_MAX, RETENTION_MS_MAX};
 use fusebox_core::machine::{Answer, Command, StateMachine};
@@ -600,4 +601,102 @@ fn pass_time(sm: &mut StateMachine, to: Timestamp) {
         let next = sm.now().plus_ms(CLOCK_STEP_MS_MAX).min(to);
         sm.apply(&Command::Tick, next);
     }
+}
+
+fn renew(sm: &mut StateMachine, key: &str, attempt: &str, lease_ms: u64, at: u64) -> RenewAnswer {
+    let cmd = Command::Renew {
+        namespace: ns(),
+        request: RenewRequest {
+            key: key.into(),
+            attempt: attempt.into(),
+            lease_ms,
+        },
+    };
+    match sm.apply(&cmd, Timestamp(at)).answer {
+        Answer::Renew(a) => a,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+#[test]
+fn a_holder_renews_its_live_lease_and_a_long_write_stays_its_own() {
+    let mut sm = StateMachine::new();
+    let t0 = 1_000_000;
+    let BeginAnswer::Started { .. } = begin(
+        &mut sm,
+        begin_req("k", "a1", EffectClass::NonIdempotentWrite),
+        t0,
+    ) else {
+        panic!("started");
+    };
+    // Renewed three times, each before the lease ends: 40 s of work under
+    // a 10 s lease, and nobody else may start it.
+    for step in 1..=4u64 {
+        let at = t0 + step * 8_000;
+        let RenewAnswer::Renewed { record } = renew(&mut sm, "k", "a1", 10_000, at) else {
+            panic!("renewed at step {step}");
+        };
+        assert_eq!(record.lease_until, Some(Timestamp(at + 10_000)));
+        sm.apply(&Command::Tick, Timestamp(at + 1));
+        let second = begin(
+            &mut sm,
+            begin_req("k", "a2", EffectClass::NonIdempotentWrite),
+            at + 2,
+        );
+        assert!(
+            matches!(second, BeginAnswer::InProgress { .. }),
+            "{second:?}"
+        );
+    }
+    // A shorter renewal never shortens the lease.
+    let RenewAnswer::Renewed { record } = renew(&mut sm, "k", "a1", 1, t0 + 33_000) else {
+        panic!("renewed");
+    };
+    assert_eq!(record.lease_until, Some(Timestamp(t0 + 42_000)));
+    // Another attempt cannot renew the holder's lease.
+    assert!(matches!(
+        renew(&mut sm, "k", "a2", 10_000, t0 + 34_000),
+        RenewAnswer::Conflict { .. }
+    ));
+    assert!(matches!(
+        renew(&mut sm, "missing", "a1", 10_000, t0 + 34_000),
+        RenewAnswer::NotFound
+    ));
+}
+
+#[test]
+fn a_lapsed_lease_is_never_revived() {
+    let mut sm = StateMachine::new();
+    let t0 = 1_000_000;
+    begin(
+        &mut sm,
+        begin_req("w", "a1", EffectClass::NonIdempotentWrite),
+        t0,
+    );
+    begin(
+        &mut sm,
+        begin_req("i", "a1", EffectClass::IdempotentWrite),
+        t0,
+    );
+    // Both leases (10 s) lapse; renewing after that is refused, and the
+    // non-idempotent write is ambiguous, as it would be without the renew.
+    let late = t0 + 10_000;
+    let RenewAnswer::Conflict { record } = renew(&mut sm, "w", "a1", 10_000, late) else {
+        panic!("a lapsed non-idempotent lease is not renewed");
+    };
+    assert_eq!(record.status, Status::Ambiguous);
+    assert!(matches!(
+        renew(&mut sm, "i", "a1", 10_000, late),
+        RenewAnswer::Conflict { .. }
+    ));
+    // The idempotent key is free to take over, as before.
+    let takeover = begin(
+        &mut sm,
+        begin_req("i", "a2", EffectClass::IdempotentWrite),
+        late + 1,
+    );
+    assert!(
+        matches!(takeover, BeginAnswer::Started { .. }),
+        "{takeover:?}"
+    );
 }

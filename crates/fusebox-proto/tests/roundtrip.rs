@@ -55,6 +55,7 @@ fn begin_response_oneof_roundtrips() {
             attempt_id: "attempt-1".into(),
             takeover: true,
             lease_until_ms: 1_700_000_030_000,
+            lease_clamped: true,
         })),
     };
     assert_roundtrip(&response);

@@ -49,6 +49,7 @@ impl fmt::Display for Request {
             Command::Begin { .. } => "ledger_begin",
             Command::Complete { .. } => "ledger_complete",
             Command::Resolve { .. } => "ledger_resolve",
+            Command::Renew { .. } => "ledger_renew",
             Command::ApplyPolicy { .. } => "apply_policy",
             Command::RollbackPolicy { .. } => "rollback_policy",
             Command::SetKillSwitch { .. } => "set_kill_switch",

@@ -382,3 +382,64 @@ async fn a_page_of_large_results_is_cut_by_bytes_and_continues_where_it_stopped(
     assert!(pages >= 3, "cut by bytes, not by count: {pages} pages");
     assert_eq!(seen, keys, "every record once, in key order");
 }
+
+#[tokio::test]
+async fn a_clamped_lease_is_said_so_and_the_holder_renews_it() {
+    let (_, node) = local().await;
+    let mut ledger = node.ledger;
+    let mut long = begin("long", "a1", b"fp");
+    long.lease_ms = 900_000;
+    let Begun::Started(started) = begun(&mut ledger, long).await else {
+        panic!("started");
+    };
+    assert!(started.lease_clamped, "a 900 s lease is clamped to 600 s");
+    let Begun::Started(short) = begun(&mut ledger, begin("short", "a1", b"fp")).await else {
+        panic!("started");
+    };
+    assert!(!short.lease_clamped);
+
+    let renew = |key: &str, attempt: &str, lease_ms: u64| RenewRequest {
+        namespace: NS.into(),
+        meta: meta(),
+        key: key.into(),
+        attempt_id: attempt.into(),
+        lease_ms,
+    };
+    let renewed = within(ledger.renew(renew("long", "a1", 700_000)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(renewed.lease_clamped);
+    let record = renewed.record.unwrap();
+    assert!(record.lease_until_ms.unwrap_or(0) >= started.lease_until_ms);
+
+    let stale = within(ledger.renew(renew("long", "a2", 10_000)))
+        .await
+        .unwrap_err();
+    assert_status(
+        &stale,
+        Code::FailedPrecondition,
+        ErrorCode::Stale,
+        "attempt",
+    );
+    let missing = within(ledger.renew(renew("nowhere", "a1", 10_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    let done = Done::Succeeded(CompleteSucceeded {
+        operation_id: "op".into(),
+        result: vec![],
+    });
+    within(ledger.complete(complete("short", "a1", done)))
+        .await
+        .unwrap();
+    let settled = within(ledger.renew(renew("short", "a1", 10_000)))
+        .await
+        .unwrap_err();
+    assert_status(
+        &settled,
+        Code::FailedPrecondition,
+        ErrorCode::InvalidState,
+        "never renewed",
+    );
+}

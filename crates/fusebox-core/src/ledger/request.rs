@@ -123,6 +123,32 @@ impl CompleteRequest {
     }
 }
 
+/// `renew`: the attempt holding a key extends its lease (a long write).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewRequest {
+    /// The idempotency key.
+    pub key: String,
+    /// The attempt renewing; must hold the key with a live lease.
+    pub attempt: String,
+    /// The new lease, from the entry's time: 1 to [`LEASE_MS_MAX`].
+    pub lease_ms: u64,
+}
+
+impl RenewRequest {
+    /// Checks every field against its bound.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        check_len("key", &self.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
+        check_len("attempt_id", &self.attempt, ID_BYTES_MAX)?;
+        if self.lease_ms == 0 || self.lease_ms > LEASE_MS_MAX {
+            return Err(CoreError::invalid(
+                "lease_ms",
+                format!("must be 1..={LEASE_MS_MAX}, got {}", self.lease_ms),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `resolve`: an operator settles an ambiguous record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResolveRequest {

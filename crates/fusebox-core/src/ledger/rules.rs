@@ -5,7 +5,7 @@
 //! store answers exactly alike.
 
 use super::record::{AmbiguityCause, Decision, Record, Resolution, Status};
-use super::request::{BeginRequest, CompleteRequest, Completion, ResolveRequest};
+use super::request::{BeginRequest, CompleteRequest, Completion, RenewRequest, ResolveRequest};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +62,27 @@ pub enum CompleteAnswer {
     },
     /// The attempt does not hold the key (another attempt took it over, or
     /// the record was settled otherwise); nothing changed.
+    Conflict {
+        /// The record as it stands.
+        record: Box<Record>,
+    },
+    /// No record for the key.
+    NotFound,
+}
+
+/// The answer to `renew`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RenewAnswer {
+    /// The lease now runs until `lease_until` (never earlier than before).
+    Renewed {
+        /// The record after it.
+        record: Box<Record>,
+    },
+    /// The attempt does not hold the key with a live lease (another attempt
+    /// holds it, the record was settled, or the lease lapsed first: a
+    /// lapsed lease is never revived, since another attempt may have taken
+    /// the key over); nothing changed.
     Conflict {
         /// The record as it stands.
         record: Box<Record>,
@@ -309,6 +330,36 @@ pub fn complete(
         record: Box::new(record),
     };
     (changed, answer)
+}
+
+/// `renew`: the holder of a live lease extends it to `now + lease_ms`
+/// (a renewal never shortens a lease).
+pub fn renew(
+    existing: Option<Record>,
+    req: &RenewRequest,
+    now: Timestamp,
+) -> (Option<Record>, RenewAnswer) {
+    let Some(mut record) = existing else {
+        return (None, RenewAnswer::NotFound);
+    };
+    let expired = expire(&mut record, now);
+    let live = record.status == Status::InProgress
+        && record.attempt == req.attempt
+        && record.lease_until.is_some_and(|until| now < until);
+    if !live {
+        let changed = expired.then(|| record.clone());
+        let answer = RenewAnswer::Conflict {
+            record: Box::new(record),
+        };
+        return (changed, answer);
+    }
+    let wanted = now.plus_ms(req.lease_ms);
+    record.lease_until = record.lease_until.max(Some(wanted));
+    record.updated_at = now;
+    let answer = RenewAnswer::Renewed {
+        record: Box::new(record.clone()),
+    };
+    (Some(record), answer)
 }
 
 /// `resolve`: an operator settles an ambiguous record.

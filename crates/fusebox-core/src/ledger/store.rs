@@ -12,8 +12,8 @@
 //! it holds.
 
 use super::record::{Record, Status};
-use super::request::{BeginRequest, CompleteRequest, ResolveRequest};
-use super::rules::{self, BeginAnswer, CompleteAnswer, ResolveAnswer};
+use super::request::{BeginRequest, CompleteRequest, RenewRequest, ResolveRequest};
+use super::rules::{self, BeginAnswer, CompleteAnswer, RenewAnswer, ResolveAnswer};
 use crate::error::CoreError;
 use crate::limits::{LEDGER_RECORDS_PER_NAMESPACE_MAX, LIST_LIMIT_MAX, LIST_SCAN_MAX};
 use crate::name::{Namespace, ToolName};
@@ -150,6 +150,17 @@ pub trait LedgerStore {
             put_checked(self, ns, existing.as_ref(), record);
         }
         Ok(answer)
+    }
+
+    /// `renew` on a key: the holder extends its live lease.
+    fn renew(&mut self, ns: &Namespace, req: &RenewRequest, now: Timestamp) -> RenewAnswer {
+        debug_assert!(req.validate().is_ok(), "validated on entry");
+        let existing = self.get(ns, &req.key);
+        let (changed, answer) = rules::renew(existing.clone(), req, now);
+        if let Some(record) = changed {
+            put_checked(self, ns, existing.as_ref(), record);
+        }
+        answer
     }
 
     /// `resolve` on a key.

@@ -4,7 +4,7 @@ use super::namespace::KillSwitch;
 use super::watch_event::WatchEvent;
 use crate::breaker::{BreakerView, ProbeAnswer, ProbeResult};
 use crate::error::CoreError;
-use crate::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer};
+use crate::ledger::{BeginAnswer, CompleteAnswer, RenewAnswer, ResolveAnswer};
 use crate::tools::ToolImported;
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +43,8 @@ pub enum Answer {
     Complete(CompleteAnswer),
     /// To ledger `resolve`.
     Resolve(ResolveAnswer),
+    /// To ledger `renew`.
+    Renew(RenewAnswer),
     /// To `ApplyPolicy` and `RollbackPolicy`: the version now in force.
     PolicyApplied {
         /// The new version number.

@@ -9,7 +9,7 @@
 use crate::auth::AuthChange;
 use crate::breaker::BreakerKey;
 use crate::error::{check_len, check_max_len, CoreError};
-use crate::ledger::{BeginRequest, CompleteRequest, ResolveRequest};
+use crate::ledger::{BeginRequest, CompleteRequest, RenewRequest, ResolveRequest};
 use crate::limits::{
     BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, LEASE_MS_MAX, REASON_BYTES_MAX,
     REPORTS_PER_BATCH_MAX,
@@ -125,6 +125,13 @@ pub enum Command {
         /// The request.
         request: CompleteRequest,
     },
+    /// Ledger `renew`: the holder of a key extends its lease.
+    Renew {
+        /// The namespace.
+        namespace: Namespace,
+        /// The request.
+        request: RenewRequest,
+    },
     /// Ledger `resolve`.
     Resolve {
         /// The namespace.
@@ -234,6 +241,7 @@ impl Command {
             Command::Begin { request, .. } => request.validate(),
             Command::Complete { request, .. } => request.validate(),
             Command::Resolve { request, .. } => request.validate(),
+            Command::Renew { request, .. } => request.validate(),
             Command::ApplyPolicy {
                 document,
                 actor,

@@ -204,6 +204,9 @@ impl<L: LedgerStore> StateMachine<L> {
             Command::Begin { namespace, request } => self.begin(namespace, request, now),
             Command::Complete { namespace, request } => self.complete(namespace, request, now),
             Command::Resolve { namespace, request } => self.resolve(namespace, request, now),
+            Command::Renew { namespace, request } => {
+                Ok(Answer::Renew(self.ledger.renew(namespace, request, now)))
+            }
             Command::ApplyPolicy {
                 namespace,
                 document,

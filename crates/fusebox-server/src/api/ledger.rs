@@ -9,16 +9,16 @@
 
 use super::convert::ledger::{
     begin_from_proto, begin_to_proto, complete_from_proto, list_from_proto, record_to_proto,
-    resolve_from_proto, status_name,
+    renew_from_proto, resolve_from_proto, status_name,
 };
 use super::convert::{cut_to_page_bytes, meta, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
 use crate::backend::{Backend, Consistency};
 use fusebox_core::ledger::{
-    CompleteAnswer, LedgerStore, Record, ResolveAnswer, Status as RecordStatus,
+    CompleteAnswer, LedgerStore, Record, RenewAnswer, ResolveAnswer, Status as RecordStatus,
 };
-use fusebox_core::limits::IDEMPOTENCY_KEY_BYTES_MAX;
+use fusebox_core::limits::{IDEMPOTENCY_KEY_BYTES_MAX, LEASE_MS_MAX};
 use fusebox_core::machine::{Answer, Command};
 use fusebox_core::{Namespace, Timestamp};
 use fusebox_proto::v1 as pb;
@@ -61,6 +61,29 @@ fn complete_conflict(attempt: &str, record: &Record) -> Status {
     )
 }
 
+/// FAILED_PRECONDITION for a renewal the record does not take: another
+/// attempt holds the key, or the lease lapsed first (a non-idempotent
+/// write's then ambiguous), or the record was settled.
+fn renew_conflict(attempt: &str, record: &Record) -> Status {
+    if record.attempt != attempt {
+        return status::stale("attempt_id", attempt.to_owned(), record.attempt.clone());
+    }
+    if record.status == RecordStatus::Ambiguous {
+        let reason = record.reason.as_deref().unwrap_or("lease expired");
+        return status::ambiguous(&record.key, attempt, reason);
+    }
+    let current = status_name(record.status);
+    status::invalid_state(
+        current,
+        &[status_name(RecordStatus::InProgress)],
+        format!(
+            "key {} is {current}, or its lease lapsed before the renewal; a lapsed lease is never \
+             renewed (another attempt may hold the key)",
+            record.key
+        ),
+    )
+}
+
 fn record_not_found(ns: &Namespace, key: &str) -> Status {
     status::not_found(
         "ledger_record",
@@ -78,6 +101,7 @@ impl<B: Backend> Ledger for LedgerService<B> {
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
         self.gateway.admit(&request, &request.get_ref().namespace)?;
+        let clamped = request.get_ref().lease_ms > LEASE_MS_MAX;
         // The kill switch is checked by the state machine, in log order.
         let (ns, begin) = begin_from_proto(request.get_ref())?;
         let (key, attempt) = (begin.key.clone(), begin.attempt.clone());
@@ -95,7 +119,11 @@ impl<B: Backend> Ledger for LedgerService<B> {
             return Err(unexpected(&applied.answer));
         };
         tracing::debug!(namespace = %ns, key = %key, attempt = %attempt, answer = ?answer, "ledger begin");
-        Ok(Response::new(begin_to_proto(&ns, answer)))
+        let mut response = begin_to_proto(&ns, answer);
+        if let Some(pb::begin_response::Outcome::Started(started)) = &mut response.outcome {
+            started.lease_clamped = clamped;
+        }
+        Ok(Response::new(response))
     }
 
     async fn complete(
@@ -204,6 +232,36 @@ impl<B: Backend> Ledger for LedgerService<B> {
             records,
             next_page_token,
         }))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewResponse>, Status> {
+        self.gateway.admit(&request, &request.get_ref().namespace)?;
+        let (ns, renew, clamped) = renew_from_proto(request.get_ref())?;
+        let (key, attempt) = (renew.key.clone(), renew.attempt.clone());
+        let command = Command::Renew {
+            namespace: ns.clone(),
+            request: renew,
+        };
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            LedgerClient::renew
+        );
+        let Answer::Renew(answer) = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        match answer {
+            RenewAnswer::Renewed { record } => Ok(Response::new(pb::RenewResponse {
+                record: Some(record_to_proto(&ns, record)),
+                lease_clamped: clamped,
+            })),
+            RenewAnswer::Conflict { record } => Err(renew_conflict(&attempt, record)),
+            RenewAnswer::NotFound => Err(record_not_found(&ns, &key)),
+        }
     }
 
     async fn resolve(

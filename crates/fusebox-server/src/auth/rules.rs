@@ -56,6 +56,7 @@ pub const RULES: &[(&str, Rule)] = &[
     // Ledger.
     ("/fusebox.v1.Ledger/Begin", ns(Role::Agent)),
     ("/fusebox.v1.Ledger/Complete", ns(Role::Agent)),
+    ("/fusebox.v1.Ledger/Renew", ns(Role::Agent)),
     ("/fusebox.v1.Ledger/Lookup", ns(Role::Reader)),
     ("/fusebox.v1.Ledger/List", ns(Role::Reader)),
     ("/fusebox.v1.Ledger/Resolve", ns(Role::Operator)),

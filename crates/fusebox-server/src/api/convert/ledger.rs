@@ -15,7 +15,7 @@ use crate::api::status;
 use crate::auth::Caller;
 use fusebox_core::ledger::{
     AmbiguityCause, BeginAnswer, BeginRequest, CompleteRequest, Completion, Decision, ListFilter,
-    Record, ResolveRequest, Status as RecordStatus,
+    Record, RenewRequest, ResolveRequest, Status as RecordStatus,
 };
 use fusebox_core::limits::{
     FINGERPRINT_BYTES_MAX, IDEMPOTENCY_KEY_BYTES_MAX, ID_BYTES_MAX, LEASE_MS_MAX,
@@ -287,6 +287,19 @@ fn resolution_to_proto(r: &fusebox_core::ledger::Resolution) -> pb::Resolution {
     }
 }
 
+/// A validated `Renew`: the namespace, the core request and whether the
+/// lease asked for was clamped to the longest.
+pub fn renew_from_proto(req: &pb::RenewRequest) -> Result<(Namespace, RenewRequest, bool), Status> {
+    meta(req.meta.as_ref())?;
+    let ns = namespace(&req.namespace)?;
+    let request = RenewRequest {
+        key: req.key.clone(),
+        attempt: req.attempt_id.clone(),
+        lease_ms: req.lease_ms.min(LEASE_MS_MAX),
+    };
+    Ok((ns, request, req.lease_ms > LEASE_MS_MAX))
+}
+
 /// One of the five begin answers as an OK body.
 pub fn begin_to_proto(ns: &Namespace, answer: &BeginAnswer) -> pb::BeginResponse {
     use pb::begin_response::Outcome as O;
@@ -299,6 +312,7 @@ pub fn begin_to_proto(ns: &Namespace, answer: &BeginAnswer) -> pb::BeginResponse
             attempt_id: attempt.clone(),
             takeover: *takeover,
             lease_until_ms: lease_until.as_millis(),
+            lease_clamped: false,
         }),
         BeginAnswer::InProgress {
             attempt,
