@@ -311,6 +311,7 @@ impl Client {
             state,
             retry_after_ms,
             degraded: decision.degraded,
+            forced: decision.forced.clone(),
         }
     }
 

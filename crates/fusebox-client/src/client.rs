@@ -220,6 +220,7 @@ impl Client {
                 tool_generation: a.tool_generation,
                 server_generation: a.server_generation,
                 view_age_ms: view.age_ms(),
+                forced: a.forced,
             };
         }
         bump(&self.inner.metrics.degraded_decisions);
@@ -249,6 +250,9 @@ impl Client {
             tool_generation: cached.tool_generation,
             server_generation: cached.server_generation,
             view_age_ms: view.age_ms(),
+            // Cached forced-opens are not yet honoured while cut off
+            // (issue 18 item 2); a local refusal names no operator.
+            forced: None,
         }
     }
 

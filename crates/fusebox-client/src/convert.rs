@@ -82,6 +82,7 @@ pub(crate) fn view_from_proto(
         open_until,
         shadow: view.shadow || state == BreakerState::MetricsOnly,
         reason: view.forced.as_ref().map(|f| f.reason.clone()),
+        actor: view.forced.as_ref().map(|f| f.actor.clone()),
         live_probes: view.live_probes,
         would_reject: view.shadow_would_reject,
     })

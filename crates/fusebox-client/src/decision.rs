@@ -1,5 +1,6 @@
 //! The admission decision for one call, as the gate made it.
 
+use crate::error::Forced;
 use fusebox_core::breaker::{Admission, BreakerState};
 use fusebox_core::policy::OnPartition;
 
@@ -22,6 +23,8 @@ pub struct Decision {
     pub server_generation: u64,
     /// Age of the view the decision read, `None` before the first event.
     pub view_age_ms: Option<u64>,
+    /// Who forced the refusing breaker open, and why, when an operator did.
+    pub forced: Option<Forced>,
 }
 
 impl Decision {

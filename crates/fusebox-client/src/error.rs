@@ -43,7 +43,7 @@ impl fmt::Display for Layer {
 #[derive(Debug, Error)]
 pub enum ClientError {
     /// A breaker rejects the tool (or its whole server) without calling it.
-    #[error("{tool} is unavailable{}{}; continue without it{}", for_about(*retry_after_ms), whole(*whole_server, server), degraded_note(*degraded))]
+    #[error("{tool} is unavailable{}{}{}; continue without it{}", forced_by(forced.as_ref()), for_about(*retry_after_ms), whole(*whole_server, server), degraded_note(*degraded))]
     CircuitOpen {
         /// The tool refused.
         tool: String,
@@ -58,6 +58,9 @@ pub enum ClientError {
         retry_after_ms: Option<u64>,
         /// The decision was made without a fresh view of the cluster.
         degraded: bool,
+        /// When an operator forced it open: who, and the reason they gave
+        /// (shown to the model, which can pass it on).
+        forced: Option<Forced>,
     },
     /// A deadline expired; the call was cancelled.
     #[error("{tool} timed out after {elapsed_ms} ms ({layer} deadline of {deadline_ms} ms; intent {intent_id}); {}", timeout_advice(*layer))]
@@ -250,6 +253,21 @@ impl ClientError {
 
 fn secs(ms: u64) -> u64 {
     ms.div_ceil(1_000).max(1)
+}
+
+/// An operator's forced-open, as a refused agent is told of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forced {
+    /// Who forced it.
+    pub by: String,
+    /// Why, in the operator's words.
+    pub reason: String,
+}
+
+fn forced_by(forced: Option<&Forced>) -> String {
+    forced.map_or_else(String::new, |f| {
+        format!(" (an operator, {}, closed it off: {})", f.by, f.reason)
+    })
 }
 
 fn for_about(retry_after_ms: Option<u64>) -> String {

@@ -73,7 +73,7 @@ pub use client::Client;
 pub use config::ClientConfig;
 pub use decision::Decision;
 pub use env::{ClientEnv, Clock};
-pub use error::{ClientError, Layer};
+pub use error::{ClientError, Forced, Layer};
 pub use journey::Journey;
 pub use metrics::MetricsSnapshot;
 pub use retry::backoff_ms;

@@ -14,6 +14,7 @@
 use crate::config::{DISCLOSURES_MAX, TOOL_POLICIES_CACHED_MAX};
 use crate::convert::{self, view_from_proto};
 use crate::error::ClientError;
+use crate::error::Forced;
 use crate::tool::ToolRef;
 use fusebox_core::breaker::BreakerKey;
 use fusebox_core::breaker::{admit, Admission, BreakerState, BreakerView};
@@ -75,6 +76,8 @@ struct ServerEntry {
 pub(crate) struct Admitted {
     pub(crate) admission: Admission,
     pub(crate) state: BreakerState,
+    /// The operator behind a forced-open refusal.
+    pub(crate) forced: Option<Forced>,
     pub(crate) tool_generation: u64,
     pub(crate) server_generation: u64,
 }
@@ -261,9 +264,27 @@ impl LocalView {
             },
             Admission::Allow { .. } => tool_view.state,
         };
+        let forced = match &admission {
+            Admission::Reject {
+                scope,
+                state: BreakerState::ForcedOpen,
+                ..
+            } => {
+                let view = match scope {
+                    fusebox_core::breaker::RejectScope::Server => server_view,
+                    fusebox_core::breaker::RejectScope::Tool => tool_view,
+                };
+                Some(Forced {
+                    by: view.actor.clone().unwrap_or_default(),
+                    reason: view.reason.clone().unwrap_or_default(),
+                })
+            }
+            _ => None,
+        };
         Admitted {
             admission,
             state,
+            forced,
             tool_generation: tool_view.generation,
             server_generation: server_view.generation,
         }

@@ -145,6 +145,23 @@ async fn decisions_follow_on_partition_while_cut_off_and_the_view_catches_up() {
     assert!(!decision.degraded && decision.allows());
     let decision = client.admit(&docs);
     assert!(!decision.degraded);
+    tracing::info!("the refused agent is told who forced the tool open and why");
+    let err = client
+        .call(&journey, &docs, |_| async { Ok::<_, ToolFailure>("never") })
+        .await
+        .unwrap_err();
+    match &err {
+        ClientError::CircuitOpen { forced, .. } => assert_eq!(
+            forced.as_ref().map(|f| (f.by.as_str(), f.reason.as_str())),
+            Some(("test", "incident 42"))
+        ),
+        other => panic!("expected circuit_open, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("incident 42") && text.contains("test"),
+        "{text}"
+    );
     assert!(client.metrics().watch_reconnects >= 1);
     client.close().await;
     cluster.shutdown().await;

@@ -28,6 +28,8 @@ pub struct BreakerView {
     pub shadow: bool,
     /// The operator's reason for a forced, disabled or metrics-only state.
     pub reason: Option<String>,
+    /// The operator who set that state.
+    pub actor: Option<String>,
     /// Probe permits currently out.
     pub live_probes: u32,
     /// Calls the breaker would have rejected in shadow.
@@ -37,11 +39,11 @@ pub struct BreakerView {
 impl BreakerView {
     /// Renders a breaker for replicas.
     pub fn of(key: &BreakerKey, breaker: &Breaker, policy: &BreakerPolicy) -> Self {
-        let reason = match breaker.mode() {
-            Mode::Auto => None,
-            Mode::ForcedOpen { reason, .. }
-            | Mode::Disabled { reason, .. }
-            | Mode::MetricsOnly { reason, .. } => Some(reason.clone()),
+        let (reason, actor) = match breaker.mode() {
+            Mode::Auto => (None, None),
+            Mode::ForcedOpen { reason, actor, .. }
+            | Mode::Disabled { reason, actor }
+            | Mode::MetricsOnly { reason, actor } => (Some(reason.clone()), Some(actor.clone())),
         };
         BreakerView {
             key: key.clone(),
@@ -51,6 +53,7 @@ impl BreakerView {
             open_until: breaker.open_until(),
             shadow: !breaker.enforcing(policy),
             reason,
+            actor,
             live_probes: u32::try_from(breaker.live_permits()).unwrap_or(u32::MAX),
             would_reject: breaker.would_reject(),
         }
@@ -66,6 +69,7 @@ impl BreakerView {
             open_until: None,
             shadow: false,
             reason: None,
+            actor: None,
             live_probes: 0,
             would_reject: 0,
         }
