@@ -175,3 +175,9 @@ pub const SERVER_PING_INTERVAL_MS: u64 = 30_000;
 
 /// How long a ping may go unanswered before the connection is closed, in ms.
 pub const SERVER_PING_TIMEOUT_MS: u64 = 10_000;
+
+/// Bytes of disclosures one watch snapshot chunk carries at most (breakers
+/// are chunked by count, [`WATCH_SNAPSHOT_CHUNK_BREAKERS`]); with the policy
+/// document in the first chunk, every chunk stays well under the 4 MiB a
+/// client decodes.
+pub const WATCH_CHUNK_BYTES_MAX: usize = 1024 * 1024;
