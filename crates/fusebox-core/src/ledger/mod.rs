@@ -25,6 +25,8 @@ mod store;
 pub use key::{derive_key, DERIVED_KEY_PREFIX};
 pub use memory::Ledger;
 pub use record::{AmbiguityCause, Decision, Record, Resolution, Status};
-pub use request::{BeginRequest, CompleteRequest, Completion, RenewRequest, ResolveRequest};
+pub use request::{
+    check_lease, BeginRequest, CompleteRequest, Completion, RenewRequest, ResolveRequest,
+};
 pub use rules::{BeginAnswer, CompleteAnswer, RenewAnswer, ResolveAnswer};
 pub use store::{deadline, BoxedLedger, Index, LedgerStore, ListFilter, Page};

@@ -40,12 +40,7 @@ impl BeginRequest {
         check_len("intent_id", &self.intent_id, ID_BYTES_MAX)?;
         check_max_len("target", &self.target, ID_BYTES_MAX)?;
         check_len("attempt_id", &self.attempt, ID_BYTES_MAX)?;
-        if self.lease_ms == 0 || self.lease_ms > LEASE_MS_MAX {
-            return Err(CoreError::invalid(
-                "lease_ms",
-                format!("must be 1..={LEASE_MS_MAX}, got {}", self.lease_ms),
-            ));
-        }
+        check_lease(self.lease_ms)?;
         Ok(())
     }
 }
@@ -123,6 +118,17 @@ impl CompleteRequest {
     }
 }
 
+/// A lease (of a key, of a probe permit) lasts 1 ms to [`LEASE_MS_MAX`].
+pub fn check_lease(lease_ms: u64) -> Result<(), CoreError> {
+    if lease_ms == 0 || lease_ms > LEASE_MS_MAX {
+        return Err(CoreError::invalid(
+            "lease_ms",
+            format!("must be 1..={LEASE_MS_MAX}, got {lease_ms}"),
+        ));
+    }
+    Ok(())
+}
+
 /// `renew`: the attempt holding a key extends its lease (a long write).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenewRequest {
@@ -139,12 +145,7 @@ impl RenewRequest {
     pub fn validate(&self) -> Result<(), CoreError> {
         check_len("key", &self.key, IDEMPOTENCY_KEY_BYTES_MAX)?;
         check_len("attempt_id", &self.attempt, ID_BYTES_MAX)?;
-        if self.lease_ms == 0 || self.lease_ms > LEASE_MS_MAX {
-            return Err(CoreError::invalid(
-                "lease_ms",
-                format!("must be 1..={LEASE_MS_MAX}, got {}", self.lease_ms),
-            ));
-        }
+        check_lease(self.lease_ms)?;
         Ok(())
     }
 }

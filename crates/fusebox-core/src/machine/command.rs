@@ -9,10 +9,9 @@
 use crate::auth::AuthChange;
 use crate::breaker::BreakerKey;
 use crate::error::{check_len, check_max_len, CoreError};
-use crate::ledger::{BeginRequest, CompleteRequest, RenewRequest, ResolveRequest};
+use crate::ledger::{check_lease, BeginRequest, CompleteRequest, RenewRequest, ResolveRequest};
 use crate::limits::{
-    BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, LEASE_MS_MAX, REASON_BYTES_MAX,
-    REPORTS_PER_BATCH_MAX,
+    BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, REASON_BYTES_MAX, REPORTS_PER_BATCH_MAX,
 };
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
@@ -219,13 +218,7 @@ impl Command {
             Command::ReportBatch { reports } => check_batch(reports),
             Command::AcquireProbe { key, lease_ms, .. } => {
                 key.check()?;
-                match lease_ms {
-                    Some(ms) if *ms == 0 || *ms > LEASE_MS_MAX => Err(CoreError::invalid(
-                        "lease_ms",
-                        format!("must be 1..={LEASE_MS_MAX}, got {ms}"),
-                    )),
-                    _ => Ok(()),
-                }
+                lease_ms.map_or(Ok(()), check_lease)
             }
             Command::ReleaseProbe { key, .. } => key.check(),
             Command::Operate {

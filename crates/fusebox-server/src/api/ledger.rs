@@ -38,8 +38,10 @@ impl<B: Backend> LedgerService<B> {
     }
 }
 
-/// FAILED_PRECONDITION for a completion the record no longer accepts.
-fn complete_conflict(attempt: &str, record: &Record) -> Status {
+/// FAILED_PRECONDITION for a completion or a renewal the record does not
+/// take: another attempt holds the key (STALE), the attempt's outcome is
+/// unknown (AMBIGUOUS), or the record is in another state (`why`).
+fn not_held(attempt: &str, record: &Record, why: String) -> Status {
     if record.attempt != attempt {
         return status::stale("attempt_id", attempt.to_owned(), record.attempt.clone());
     }
@@ -51,37 +53,28 @@ fn complete_conflict(attempt: &str, record: &Record) -> Status {
         return status::ambiguous(&record.key, attempt, reason);
     }
     let current = status_name(record.status);
-    status::invalid_state(
-        current,
-        &[status_name(RecordStatus::InProgress)],
-        format!(
-            "key {} is already {current}; this completion differs from the one recorded",
-            record.key
-        ),
-    )
+    status::invalid_state(current, &[status_name(RecordStatus::InProgress)], why)
 }
 
-/// FAILED_PRECONDITION for a renewal the record does not take: another
-/// attempt holds the key, or the lease lapsed first (a non-idempotent
-/// write's then ambiguous), or the record was settled.
-fn renew_conflict(attempt: &str, record: &Record) -> Status {
-    if record.attempt != attempt {
-        return status::stale("attempt_id", attempt.to_owned(), record.attempt.clone());
-    }
-    if record.status == RecordStatus::Ambiguous {
-        let reason = record.reason.as_deref().unwrap_or("lease expired");
-        return status::ambiguous(&record.key, attempt, reason);
-    }
+/// A completion the record no longer accepts.
+fn complete_conflict(attempt: &str, record: &Record) -> Status {
     let current = status_name(record.status);
-    status::invalid_state(
-        current,
-        &[status_name(RecordStatus::InProgress)],
-        format!(
-            "key {} is {current}, or its lease lapsed before the renewal; a lapsed lease is never \
-             renewed (another attempt may hold the key)",
-            record.key
-        ),
-    )
+    let why = format!(
+        "key {} is already {current}; this completion differs from the one recorded",
+        record.key
+    );
+    not_held(attempt, record, why)
+}
+
+/// A renewal the record does not take.
+fn renew_conflict(attempt: &str, record: &Record) -> Status {
+    let current = status_name(record.status);
+    let why = format!(
+        "key {} is {current}, or its lease lapsed before the renewal; a lapsed lease is never \
+         renewed (another attempt may hold the key)",
+        record.key
+    );
+    not_held(attempt, record, why)
 }
 
 fn record_not_found(ns: &Namespace, key: &str) -> Status {
