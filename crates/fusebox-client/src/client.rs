@@ -1,6 +1,6 @@
 //! The client a replica embeds: connection, local view, reporter, metrics.
 
-use crate::config::{ClientConfig, CLOSE_GRACE_MS, VIEW_POLL_PERIOD_MS};
+use crate::config::{ClientConfig, CACHED_OPEN_SKEW_MS, CLOSE_GRACE_MS, VIEW_POLL_PERIOD_MS};
 use crate::convert::tool_key;
 use crate::decision::Decision;
 use crate::endpoints::Endpoints;
@@ -224,7 +224,27 @@ impl Client {
             };
         }
         bump(&self.inner.metrics.degraded_decisions);
-        let cached = view.admit(tool, policy.scope, now);
+        // What the fleet last knew holds first: an OPEN breaker until its
+        // leader-stamped end (judged `CACHED_OPEN_SKEW_MS` late, since this
+        // replica's clock may run ahead of the leader's), a FORCED_OPEN one
+        // until an operator's change arrives. Only then do local breakers
+        // decide from what this replica sees.
+        let skewed = Timestamp::from_millis(now.as_millis().saturating_sub(CACHED_OPEN_SKEW_MS));
+        let cached = view.admit(tool, policy.scope, skewed);
+        if policy.on_partition == OnPartition::FailOpenLocal
+            && matches!(cached.admission, Admission::Reject { .. })
+        {
+            return Decision {
+                admission: cached.admission,
+                state: cached.state,
+                degraded: true,
+                on_partition: Some(policy.on_partition),
+                tool_generation: cached.tool_generation,
+                server_generation: cached.server_generation,
+                view_age_ms: view.age_ms(),
+                forced: cached.forced,
+            };
+        }
         let admission = match policy.on_partition {
             OnPartition::FailClosed => Admission::Reject {
                 scope: RejectScope::Tool,
@@ -250,8 +270,7 @@ impl Client {
             tool_generation: cached.tool_generation,
             server_generation: cached.server_generation,
             view_age_ms: view.age_ms(),
-            // Cached forced-opens are not yet honoured while cut off
-            // (issue 18 item 2); a local refusal names no operator.
+            // A local refusal names no operator.
             forced: None,
         }
     }

@@ -13,6 +13,12 @@ use fusebox_core::{Namespace, ReplicaId};
 use fusebox_proto::tls::ClientTlsFiles;
 use std::time::Duration;
 
+/// How late a replica judges the end of an OPEN period it learned before
+/// it was cut off, in ms: its clock may run ahead of the leader's that
+/// stamped the end, and releasing a tool the fleet closed off early is the
+/// worse mistake.
+pub(crate) const CACHED_OPEN_SKEW_MS: u64 = 2_000;
+
 /// Most local fallback breakers kept; past it new keys are not guarded
 /// locally, so a replica calling endless distinct tools holds bounded
 /// memory.

@@ -166,3 +166,110 @@ async fn decisions_follow_on_partition_while_cut_off_and_the_view_catches_up() {
     client.close().await;
     cluster.shutdown().await;
 }
+
+/// Issue 18 item 2: under `fail_open_local`, what the fleet (or an
+/// operator) had closed off before the replica was cut off stays closed
+/// off: a FORCED_OPEN tool until an operator's change arrives, an OPEN one
+/// until its own end. A tool the fleet had left closed is judged by the
+/// replica's local breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_off_replica_keeps_what_the_fleet_closed_off() {
+    const POLICY: &str = r#"
+[defaults]
+on_partition = "fail_open_local"
+
+[servers.search.breaker]
+consecutive_failures = 100
+
+[servers.search.tools.web_search.breaker]
+consecutive_failures = 2
+open_ms = 6000
+"#;
+    let cluster = TestCluster::start(1).await;
+    let op = cluster.operator(0);
+    let version = op.apply_policy(POLICY).await;
+    let proxy = Proxy::start(cluster.addrs[0].clone()).await;
+    let client = connected(test_config(vec![proxy.addr.clone()], "replica-q")).await;
+    wait_for("policy on the replica", Duration::from_secs(10), || {
+        let v = client.view_status().policy_version;
+        async move { (v == Some(version)).then_some(()) }
+    })
+    .await;
+    let forced = ToolRef::new("search", "fetch_doc").unwrap();
+    let tripped = ToolRef::new("search", "web_search").unwrap();
+    let healthy = ToolRef::new("search", "suggest").unwrap();
+    let journey = Journey::new("cut-off", Duration::from_secs(120), Duration::ZERO);
+
+    tracing::info!("an operator forces one tool open; another trips on its own failures");
+    op.force_open("search", "fetch_doc", "vendor incident")
+        .await;
+    for _ in 0..2 {
+        let _ = client
+            .call(&journey, &tripped, |_| async {
+                Err::<(), _>(ToolFailure::new(OutcomeClass::ServerError, "503"))
+            })
+            .await;
+    }
+    wait_for(
+        "the forced refusal in the view",
+        Duration::from_secs(10),
+        || {
+            let a = client.admit(&forced);
+            async move { matches!(a.admission, Admission::Reject { .. }).then_some(()) }
+        },
+    )
+    .await;
+    wait_for(
+        "the tripped breaker in the view",
+        Duration::from_secs(10),
+        || {
+            let b = client.admit(&tripped);
+            async move { matches!(b.admission, Admission::Reject { .. }).then_some(()) }
+        },
+    )
+    .await;
+
+    tracing::info!("cut off: the cached refusals hold, the healthy tool is judged locally");
+    proxy.cut();
+    wait_for("the view to go stale", Duration::from_secs(15), || {
+        let fresh = client.view_status().fresh;
+        async move { (!fresh).then_some(()) }
+    })
+    .await;
+    let decision = client.admit(&forced);
+    assert!(decision.degraded, "{decision:?}");
+    assert!(
+        matches!(decision.admission, Admission::Reject { .. }),
+        "{decision:?}"
+    );
+    assert_eq!(
+        decision.forced.as_ref().map(|f| f.reason.as_str()),
+        Some("vendor incident")
+    );
+    let err = client
+        .call(&journey, &forced, |_| async {
+            Ok::<_, ToolFailure>("never")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "circuit_open", "{err}");
+    let decision = client.admit(&healthy);
+    assert!(decision.degraded && decision.allows(), "{decision:?}");
+
+    tracing::info!("the tripped tool's OPEN period ends (6 s, judged 2 s late); then it is local");
+    wait_for(
+        "the cached OPEN period to end",
+        Duration::from_secs(15),
+        || {
+            let d = client.admit(&tripped);
+            // The local breaker, which saw the same failures, now decides: it
+            // lets a probe through (or the call) rather than refuse outright.
+            async move { (!matches!(d.admission, Admission::Reject { .. })).then_some(()) }
+        },
+    )
+    .await;
+    // The forced-open one still holds: only an operator lifts it.
+    assert!(!client.admit(&forced).allows());
+    client.close().await;
+    cluster.shutdown().await;
+}

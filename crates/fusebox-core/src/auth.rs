@@ -19,7 +19,8 @@
 //! - **Bounded.** At most [`PRINCIPALS_MAX`] principals, [`TOKENS_MAX`]
 //!   tokens and [`GRANTED_NAMESPACES_MAX`] namespaces per principal.
 //! - **No lock-out.** Enforcement cannot be switched on without an admin,
-//!   and the last admin cannot be removed while it is on.
+//!   and the last admin can never be removed or demoted (a node started
+//!   with `--auth` enforces whatever the table says).
 
 use crate::error::{check_len, CoreError};
 use crate::limits::NAME_BYTES_MAX;
@@ -217,6 +218,10 @@ pub enum AuthChange {
         digest: [u8; 32],
         /// When it expires (Unix ms), if ever.
         expires_at: Option<Timestamp>,
+        /// Also switch enforcement on, in the same entry (the first admin
+        /// token: a leader change between two entries must not leave an
+        /// admin and no enforcement).
+        enable: bool,
     },
     /// Revokes one token.
     RevokeToken {
@@ -434,6 +439,7 @@ impl AuthTable {
                 token_id,
                 digest,
                 expires_at,
+                enable,
             } => {
                 if self.tokens.contains_key(token_id) {
                     return Err(CoreError::invalid("token_id", "already issued"));
@@ -450,6 +456,7 @@ impl AuthTable {
                         issued_at: now,
                     },
                 );
+                self.enabled |= *enable;
             }
             AuthChange::RevokeToken { token_id } => {
                 if self.tokens.remove(token_id).is_none() {
@@ -480,10 +487,10 @@ impl AuthTable {
         now: Timestamp,
     ) -> Result<(), CoreError> {
         let was_admin = self.principals.get(name).map(|p| p.role) == Some(Role::Admin);
-        if was_admin && role != Role::Admin && self.enabled && self.admins() == 1 {
+        if was_admin && role != Role::Admin && self.admins() == 1 {
             return Err(CoreError::invalid(
                 "role",
-                format!("{name} is the last admin and enforcement is on"),
+                format!("{name} is the last admin; nobody could manage the cluster without one"),
             ));
         }
         if !self.principals.contains_key(name) && self.principals.len() >= PRINCIPALS_MAX {
@@ -505,10 +512,10 @@ impl AuthTable {
         let Some(principal) = self.principals.get(name) else {
             return Err(CoreError::not_found("principal", name));
         };
-        if principal.role == Role::Admin && self.enabled && self.admins() == 1 {
+        if principal.role == Role::Admin && self.admins() == 1 {
             return Err(CoreError::invalid(
                 "name",
-                format!("{name} is the last admin and enforcement is on"),
+                format!("{name} is the last admin; nobody could manage the cluster without one"),
             ));
         }
         self.principals.remove(name);
@@ -566,6 +573,7 @@ mod tests {
             token_id: id.into(),
             digest: secret_digest(SECRET),
             expires_at: expires.map(Timestamp::from_millis),
+            enable: false,
         };
         assert_eq!(change.validate(), Ok(()));
         assert_eq!(

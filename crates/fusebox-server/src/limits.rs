@@ -181,3 +181,7 @@ pub const SERVER_PING_TIMEOUT_MS: u64 = 10_000;
 /// document in the first chunk, every chunk stays well under the 4 MiB a
 /// client decodes.
 pub const WATCH_CHUNK_BYTES_MAX: usize = 1024 * 1024;
+
+/// How often an open watch stream proves its caller again (a revoked
+/// token, a removed principal or a narrowed grant ends it), in ms.
+pub const WATCH_RECHECK_MS: u64 = 500;

@@ -315,3 +315,47 @@ async fn a_caller_holds_at_most_its_watch_streams_and_a_closed_one_frees_its_slo
     }
     node.node.shutdown().await;
 }
+
+#[tokio::test]
+async fn revoking_a_token_ends_the_watch_streams_it_opened() {
+    let node = node().await;
+    let (token, token_id) = issue(&node, "watcher-r", Role::Agent, &[OWN]).await;
+    let mut watch = Request::new(fusebox_proto::v1::WatchRequest {
+        namespace: OWN.into(),
+        ..Default::default()
+    });
+    bearer(&mut watch, &token);
+    let mut stream = fusebox_proto::v1::breakers_client::BreakersClient::new(node.channel.clone())
+        .watch(watch)
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap();
+    assert!(first.is_some(), "the snapshot arrives");
+
+    let mut revoke = Request::new(RevokeTokenRequest {
+        token_id,
+        ..Default::default()
+    });
+    bearer(&mut revoke, &node.admin);
+    AuthClient::new(node.channel.clone())
+        .revoke_token(revoke)
+        .await
+        .unwrap();
+    let revoked_at = std::time::Instant::now();
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(3), stream.message()).await {
+            Ok(Ok(Some(_))) => continue,
+            Ok(Ok(None)) => panic!("the stream ended without saying why"),
+            Ok(Err(status)) => break status,
+            Err(_) => panic!("the stream outlived its token's revocation by 3 s"),
+        }
+    };
+    assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
+    assert!(
+        revoked_at.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        revoked_at.elapsed()
+    );
+    node.node.shutdown().await;
+}

@@ -84,6 +84,7 @@ fn redacted(change: &AuthChange) -> AuthChange {
             namespaces,
             token_id,
             expires_at,
+            enable,
             ..
         } => AuthChange::IssueToken {
             name: name.clone(),
@@ -92,6 +93,7 @@ fn redacted(change: &AuthChange) -> AuthChange {
             token_id: token_id.clone(),
             digest: [0; 32],
             expires_at: *expires_at,
+            enable: *enable,
         },
         other => other.clone(),
     }
@@ -181,6 +183,7 @@ impl<B: Backend> Auth for AuthService<B> {
             token_id: token_id.clone(),
             digest: secret_digest(&secret),
             expires_at,
+            enable: false,
         };
         change.validate().map_err(|e| core(&e))?;
         let version = here_or_forward!(

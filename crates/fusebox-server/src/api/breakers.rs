@@ -14,7 +14,7 @@ use super::convert::{meta, name, namespace, number_token, page_limit};
 use super::gateway::{unexpected, Gateway, Served};
 use super::operator::OperatorCommand;
 use super::{status, watch_stream};
-use crate::auth::StreamPermit;
+use crate::auth::{Recheck, StreamPermit};
 use crate::backend::Backend;
 use fusebox_core::breaker::{BreakerKey, BreakerState};
 use fusebox_core::machine::{Answer, Command, ReportSummary, SharedStateMachine};
@@ -87,13 +87,16 @@ impl<B: Backend> Breakers for BreakersService<B> {
         let (_, ns) = self.gateway.admit(&request, &request.get_ref().namespace)?;
         // The caller's stream slot (`auth::limits`) lives as long as the stream.
         let slot = request.extensions().get::<StreamPermit>().cloned();
+        let recheck = request.extensions().get::<Recheck>().cloned();
         let req = request.into_inner();
         meta(req.meta.as_ref())?;
         if !req.replica_id.is_empty() {
             name("replica_id", &req.replica_id, ReplicaId::new)?;
         }
         tracing::debug!(namespace = %ns, replica = %req.replica_id, from = ?req.from_revision, "watch requested");
-        let events = watch_stream::start(self.gateway.clone(), ns, req.from_revision, slot).await?;
+        let events =
+            watch_stream::start(self.gateway.clone(), ns, req.from_revision, (slot, recheck))
+                .await?;
         Ok(Response::new(events))
     }
 

@@ -18,9 +18,11 @@
 use super::convert::{watch::events_to_proto, watch::snapshot_to_proto};
 use super::gateway::Gateway;
 use super::status;
-use crate::auth::StreamPermit;
+use crate::auth::{Recheck, StreamPermit};
 use crate::backend::Backend;
-use crate::limits::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
+use crate::limits::{
+    WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_RECHECK_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS,
+};
 use crate::watch::{WatchSnapshot, WatchStart};
 use fusebox_core::machine::WatchEvent;
 use fusebox_core::Namespace;
@@ -44,6 +46,7 @@ enum Wake {
     ClientGone,
     Event(Result<WatchEvent, RecvError>),
     Quiet,
+    Recheck,
 }
 
 /// The refusal of a node outside the membership: watch another node.
@@ -59,7 +62,7 @@ pub async fn start<B: Backend>(
     gateway: Gateway<B>,
     namespace: Namespace,
     from_revision: Option<u64>,
-    slot: Option<StreamPermit>,
+    (slot, recheck): (Option<StreamPermit>, Option<Recheck>),
 ) -> Result<WatchEvents, Status> {
     // A node that cannot vouch for its state refuses to start a stream, so
     // the replica tries another node instead of this one's frozen view.
@@ -78,6 +81,7 @@ pub async fn start<B: Backend>(
         tx,
         last_sent: from_revision.unwrap_or(0),
         _slot: slot,
+        recheck,
     };
     tokio::spawn(pump.run(start));
     Ok(ReceiverStream::new(rx))
@@ -90,6 +94,9 @@ struct Pump<B> {
     last_sent: u64,
     /// The caller's stream slot, freed when the pump ends.
     _slot: Option<StreamPermit>,
+    /// Proves the caller again every [`WATCH_RECHECK_MS`]: a revoked token
+    /// or a narrowed grant ends the stream.
+    recheck: Option<Recheck>,
 }
 
 impl<B: Backend> Pump<B> {
@@ -101,16 +108,21 @@ impl<B: Backend> Pump<B> {
         let period = Duration::from_millis(WATCH_HEARTBEAT_MS);
         let mut heartbeat = interval_at(Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let every = Duration::from_millis(WATCH_RECHECK_MS);
+        let mut recheck = interval_at(Instant::now() + every, every);
+        recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let wake = tokio::select! {
                 () = self.tx.closed() => Wake::ClientGone,
                 received = events.recv() => Wake::Event(received),
                 _ = heartbeat.tick() => Wake::Quiet,
+                _ = recheck.tick() => Wake::Recheck,
             };
             let step = match wake {
                 Wake::ClientGone => Err(Stopped),
                 Wake::Event(received) => self.on_event(received, &mut events).await,
                 Wake::Quiet => self.heartbeat().await,
+                Wake::Recheck => self.recheck().await,
             };
             match step {
                 Ok(true) => heartbeat.reset(),
@@ -261,6 +273,18 @@ impl<B: Backend> Pump<B> {
     }
 
     /// Ends the stream with `status` (the client learns why).
+    /// Ends the stream if its caller may no longer watch the namespace.
+    async fn recheck(&self) -> Result<bool, Stopped> {
+        match self
+            .recheck
+            .as_ref()
+            .map(|r| r.still_allowed(&self.namespace))
+        {
+            Some(Err(status)) => self.fail(status).await,
+            _ => Ok(false),
+        }
+    }
+
     async fn fail<T>(&self, status: Status) -> Result<T, Stopped> {
         tracing::warn!(namespace = %self.namespace, error = %status.message(), "watch stream failed");
         let _ = self.tx.send(Err(status)).await;

@@ -23,7 +23,7 @@ use super::limits::{CallerLimits, Meter, StreamPermit};
 use super::rules::{rule_for, Rule};
 use crate::node::incoming::ConnInfo;
 use fusebox_core::auth::{AuthTable, Role};
-use fusebox_core::Timestamp;
+use fusebox_core::{Namespace, Timestamp};
 use futures::future::{ready, Either, Ready};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
@@ -84,12 +84,67 @@ pub struct Guard {
 }
 
 /// What the guard hands a call it admits.
-#[derive(Debug)]
 pub struct Admitted {
     /// Who calls.
     pub caller: Caller,
     /// The caller's slot for a watch stream, for `Watch` calls.
     pub stream: Option<StreamPermit>,
+    /// How to prove the caller again while its stream lasts.
+    pub recheck: Option<Recheck>,
+}
+
+/// What a stream's caller proved when it opened, to be proved again while
+/// the stream lasts: a token revoked, a principal removed or narrowed, or
+/// enforcement switched on ends the stream (`api/watch_stream.rs`).
+#[derive(Clone)]
+pub struct Recheck {
+    table: PublishedAuth,
+    node: Arc<dyn Membership>,
+    required: bool,
+    proof: Proof,
+}
+
+#[derive(Clone)]
+enum Proof {
+    Token(String),
+    Principal(String),
+    Open,
+}
+
+impl Recheck {
+    /// Whether the caller may still watch `ns`, by the table applied now.
+    pub fn still_allowed(&self, ns: &Namespace) -> Result<(), Status> {
+        let table = self.table.current();
+        let now = Timestamp::from_millis(self.node.now_ms());
+        let (role, grant) = match &self.proof {
+            Proof::Token(token) => match table.authenticate(token, now) {
+                Ok((_, p)) => (p.role, p.namespaces.clone()),
+                Err(refusal) => {
+                    return Err(Status::unauthenticated(format!("token refused: {refusal}")))
+                }
+            },
+            Proof::Principal(name) => match table.principal(name) {
+                Some(p) => (p.role, p.namespaces.clone()),
+                None => {
+                    return Err(Status::unauthenticated(format!(
+                        "{name:?} is no longer a principal of this cluster"
+                    )))
+                }
+            },
+            Proof::Open if self.required || table.enabled() => {
+                return Err(Status::unauthenticated(
+                    "this cluster now requires authentication: reconnect with a token",
+                ))
+            }
+            Proof::Open => return Ok(()),
+        };
+        if !role.covers(Role::Agent) || !grant.allows(ns) {
+            return Err(Status::permission_denied(format!(
+                "the caller's grant no longer covers watching {ns}"
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Guard {
@@ -128,6 +183,7 @@ impl Guard {
                 return Ok(Admitted {
                     caller: Caller::open(),
                     stream: None,
+                    recheck: None,
                 })
             }
             Rule::Role { min, .. } => min,
@@ -140,18 +196,43 @@ impl Guard {
                 "{caller} may not call {path}: it needs the {min} role"
             )));
         }
+        // Prefixed so no principal's name can pass for an address.
         let key = match &caller.name {
-            Some(name) => name.clone(),
+            Some(name) => format!("p:{name}"),
             None => format!(
-                "anonymous@{}",
+                "a:{}",
                 conn.map_or_else(|| "-".to_owned(), |c| c.remote.ip().to_string())
             ),
         };
         self.meter.request(&key, Instant::now())?;
-        let stream = (path == WATCH_PATH)
-            .then(|| self.meter.stream(&key))
-            .transpose()?;
-        Ok(Admitted { caller, stream })
+        if path != WATCH_PATH {
+            return Ok(Admitted {
+                caller,
+                stream: None,
+                recheck: None,
+            });
+        }
+        let stream = Some(self.meter.stream(&key)?);
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let proof = match (bearer, &caller.name) {
+            (Some(token), _) => Proof::Token(token.trim().to_owned()),
+            (None, Some(name)) => Proof::Principal(name.clone()),
+            (None, None) => Proof::Open,
+        };
+        let recheck = Some(Recheck {
+            table: self.table.clone(),
+            node: Arc::clone(&self.node),
+            required: self.required,
+            proof,
+        });
+        Ok(Admitted {
+            caller,
+            stream,
+            recheck,
+        })
     }
 
     fn recognise(
@@ -280,7 +361,11 @@ where
             request.extensions().get::<ConnInfo>(),
         );
         match admitted {
-            Ok(Admitted { caller, stream }) => {
+            Ok(Admitted {
+                caller,
+                stream,
+                recheck,
+            }) => {
                 let span = match &caller.name {
                     Some(name) => tracing::info_span!("call", caller = %name, role = %caller.role),
                     None => tracing::Span::none(),
@@ -288,6 +373,9 @@ where
                 request.extensions_mut().insert(caller);
                 if let Some(stream) = stream {
                     request.extensions_mut().insert(stream);
+                }
+                if let Some(recheck) = recheck {
+                    request.extensions_mut().insert(recheck);
                 }
                 Either::Right(self.inner.call(request).instrument(span))
             }

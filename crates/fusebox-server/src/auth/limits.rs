@@ -1,7 +1,7 @@
 //! Per-caller bounds: a request rate and a number of open watch streams.
 //!
 //! A caller is its principal's name, or, unauthenticated, its address
-//! (`anonymous@IP`). Each has a token bucket ([`CallerLimits::requests_per_second`]
+//! (`a:IP`; a principal's key is `p:NAME`). Each has a token bucket ([`CallerLimits::requests_per_second`]
 //! refilled continuously, up to [`CallerLimits::burst`]) and a count of
 //! open watch streams ([`CallerLimits::watch_streams`]). Over either, a call
 //! is refused with RESOURCE_EXHAUSTED and a `RateLimitedDetail` saying when
@@ -23,7 +23,7 @@ use tonic::Status;
 pub const CALLERS_METERED_MAX: usize = 16_384;
 
 /// The key new callers share when the meter is full of busy ones.
-const OVERFLOW: &str = "overflow";
+const OVERFLOW: &str = "-overflow";
 
 /// What one caller may do; a node's `[caller_limits]` configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -20,5 +20,7 @@ pub mod limits;
 pub mod rules;
 
 pub use caller::{Caller, Via};
-pub use guard::{Admitted, Guard, GuardLayer, Membership, PublishedAuth, FORWARDED_CALLER_HEADER};
+pub use guard::{
+    Admitted, Guard, GuardLayer, Membership, PublishedAuth, Recheck, FORWARDED_CALLER_HEADER,
+};
 pub use limits::{CallerLimits, StreamPermit};

@@ -3,7 +3,7 @@
 //! The file holds a token (`fbx_<id>_<secret>`); a missing file is created
 //! with a fresh one, readable by its owner only. While the cluster has no
 //! admin, whichever node given the file leads issues the token as principal
-//! [`INIT_ADMIN`] and switches enforcement on, in two entries. Once any
+//! [`INIT_ADMIN`] and switches enforcement on, in one entry. Once any
 //! admin exists the file is not used again (an operator who later switched
 //! enforcement off is not overruled), so restarting with the flag, or
 //! giving it to every initial member, is harmless. A node given the file
@@ -79,18 +79,16 @@ pub fn spawn(
                 m.current_leader == Some(m.id)
             };
             if leads {
-                let changes = [
-                    AuthChange::IssueToken {
-                        name: INIT_ADMIN.to_owned(),
-                        role: Role::Admin,
-                        namespaces: Grant::All,
-                        token_id: token_id.clone(),
-                        digest,
-                        expires_at: None,
-                    },
-                    AuthChange::SetEnabled { enabled: true },
-                ];
-                match propose(&backend, changes.into_iter()).await {
+                let change = AuthChange::IssueToken {
+                    name: INIT_ADMIN.to_owned(),
+                    role: Role::Admin,
+                    namespaces: Grant::All,
+                    token_id: token_id.clone(),
+                    digest,
+                    expires_at: None,
+                    enable: true,
+                };
+                match propose(&backend, change).await {
                     Ok(()) => {
                         tracing::info!(
                             principal = INIT_ADMIN,
@@ -111,24 +109,17 @@ pub fn spawn(
     })
 }
 
-async fn propose(
-    backend: &RaftBackend,
-    changes: impl Iterator<Item = AuthChange>,
-) -> Result<(), String> {
-    for change in changes {
-        let command = Command::Auth {
-            change,
-            actor: "init-auth".to_owned(),
-        };
-        match backend.write(command).await {
-            Ok(applied) => {
-                if let Answer::Rejected(e) = applied.answer {
-                    return Err(e.to_string());
-                }
-            }
-            Err(BackendError::NotLeader { .. }) => return Err("lost leadership".into()),
-            Err(e) => return Err(e.to_string()),
-        }
+async fn propose(backend: &RaftBackend, change: AuthChange) -> Result<(), String> {
+    let command = Command::Auth {
+        change,
+        actor: "init-auth".to_owned(),
+    };
+    match backend.write(command).await {
+        Ok(applied) => match applied.answer {
+            Answer::Rejected(e) => Err(e.to_string()),
+            _ => Ok(()),
+        },
+        Err(BackendError::NotLeader { .. }) => Err("lost leadership".into()),
+        Err(e) => Err(e.to_string()),
     }
-    Ok(())
 }
