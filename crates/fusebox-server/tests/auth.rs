@@ -359,3 +359,36 @@ async fn revoking_a_token_ends_the_watch_streams_it_opened() {
     );
     node.node.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_flood_of_bad_tokens_is_slowed_by_address() {
+    let node = node_with(CallerLimits {
+        requests_per_second: 5,
+        burst: 5,
+        watch_streams: 16,
+    })
+    .await;
+    let forged =
+        "fbx_00000000000000aa_0000000000000000000000000000000000000000000000000000000000000000";
+    let mut codes = Vec::new();
+    for _ in 0..12 {
+        let mut request = Request::new(WhoAmIRequest::default());
+        bearer(&mut request, forged);
+        let code = AuthClient::new(node.channel.clone())
+            .who_am_i(request)
+            .await
+            .map_or_else(|s| s.code(), |_| Code::Ok);
+        codes.push(code);
+    }
+    assert!(
+        codes
+            .iter()
+            .all(|c| matches!(c, Code::Unauthenticated | Code::ResourceExhausted)),
+        "{codes:?}"
+    );
+    assert!(
+        codes.contains(&Code::ResourceExhausted),
+        "refusals are metered: {codes:?}"
+    );
+    node.node.shutdown().await;
+}

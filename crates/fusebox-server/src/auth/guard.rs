@@ -178,31 +178,52 @@ impl Guard {
                 "{path} has no access rule on this node; refused"
             )));
         };
+        let address = format!(
+            "a:{}",
+            conn.map_or_else(|| "-".to_owned(), |c| c.remote.ip().to_string())
+        );
         let min = match rule {
-            Rule::Public | Rule::Peer => {
+            // Raft traffic is the members' own, checked by its service.
+            Rule::Peer => {
                 return Ok(Admitted {
                     caller: Caller::open(),
                     stream: None,
                     recheck: None,
                 })
             }
+            // Health checks need no credentials, but are metered by address
+            // like any anonymous call.
+            Rule::Public => {
+                self.meter.request(&address, Instant::now())?;
+                return Ok(Admitted {
+                    caller: Caller::open(),
+                    stream: None,
+                    recheck: None,
+                });
+            }
             Rule::Role { min, .. } => min,
         };
         let table = self.table.current();
-        let caller = self.recognise(&table, headers, conn)?;
-        if !caller.role.covers(min) {
-            tracing::warn!(caller = %caller, path, needs = %min, "call beyond the caller's role refused");
-            return Err(Status::permission_denied(format!(
-                "{caller} may not call {path}: it needs the {min} role"
-            )));
-        }
+        let caller = match self.recognise(&table, headers, conn) {
+            Ok(caller) if caller.role.covers(min) => caller,
+            refused => {
+                let status = match refused {
+                    Ok(caller) => Status::permission_denied(format!(
+                        "{caller} may not call {path}: it needs the {min} role"
+                    )),
+                    Err(status) => status,
+                };
+                // Refusals are metered by address: a flood of bad tokens is
+                // slowed, and logged only while its address has budget left.
+                self.meter.request(&address, Instant::now())?;
+                tracing::warn!(path, remote = %address, code = ?status.code(), reason = %status.message(), "call refused");
+                return Err(status);
+            }
+        };
         // Prefixed so no principal's name can pass for an address.
         let key = match &caller.name {
             Some(name) => format!("p:{name}"),
-            None => format!(
-                "a:{}",
-                conn.map_or_else(|| "-".to_owned(), |c| c.remote.ip().to_string())
-            ),
+            None => address,
         };
         self.meter.request(&key, Instant::now())?;
         if path != WATCH_PATH {
@@ -253,10 +274,7 @@ impl Guard {
             let now = Timestamp::from_millis(self.node.now_ms());
             return match table.authenticate(token.trim(), now) {
                 Ok((name, principal)) => Ok(caller(name, principal, Via::Token)),
-                Err(refusal) => {
-                    tracing::warn!(reason = %refusal, "token refused");
-                    Err(Status::unauthenticated(format!("token refused: {refusal}")))
-                }
+                Err(refusal) => Err(Status::unauthenticated(format!("token refused: {refusal}"))),
             };
         }
         let identity = conn.and_then(|c| c.identity.as_deref());
@@ -265,7 +283,6 @@ impl Guard {
                 .and_then(|i| i.node_id())
                 .is_some_and(|id| self.node.has_member(id));
             let name = value.to_str().ok().filter(|_| member).ok_or_else(|| {
-                tracing::warn!(remote = ?conn.map(|c| c.remote), "forwarded caller header from a non-member refused");
                 Status::unauthenticated(format!(
                     "{FORWARDED_CALLER_HEADER} is accepted only from a member's certificate"
                 ))
