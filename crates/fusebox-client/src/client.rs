@@ -231,35 +231,28 @@ impl Client {
         // decide from what this replica sees.
         let skewed = Timestamp::from_millis(now.as_millis().saturating_sub(CACHED_OPEN_SKEW_MS));
         let cached = view.admit(tool, policy.scope, skewed);
-        if policy.on_partition == OnPartition::FailOpenLocal
-            && matches!(cached.admission, Admission::Reject { .. })
-        {
-            return Decision {
-                admission: cached.admission,
-                state: cached.state,
-                degraded: true,
-                on_partition: Some(policy.on_partition),
-                tool_generation: cached.tool_generation,
-                server_generation: cached.server_generation,
-                view_age_ms: view.age_ms(),
-                forced: cached.forced,
-            };
-        }
-        let admission = match policy.on_partition {
-            OnPartition::FailClosed => Admission::Reject {
-                scope: RejectScope::Tool,
-                state: cached.state,
-                retry_after_ms: None,
-            },
+        let held = matches!(cached.admission, Admission::Reject { .. });
+        let (admission, forced) = match policy.on_partition {
+            OnPartition::FailClosed => (
+                Admission::Reject {
+                    scope: RejectScope::Tool,
+                    state: cached.state,
+                    retry_after_ms: None,
+                },
+                None,
+            ),
+            OnPartition::FailOpenLocal if held => (cached.admission, cached.forced),
             OnPartition::FailOpenLocal => {
                 let ns = &self.inner.config.namespace;
-                self.inner.local.admit(
+                let local = self.inner.local.admit(
                     &server_key(ns, tool),
                     &tool_key(ns, tool, policy.scope),
                     &view.server_breaker_policy(tool),
                     &policy.breaker,
                     now,
-                )
+                );
+                // A local refusal names no operator.
+                (local, None)
             }
         };
         Decision {
@@ -270,8 +263,7 @@ impl Client {
             tool_generation: cached.tool_generation,
             server_generation: cached.server_generation,
             view_age_ms: view.age_ms(),
-            // A local refusal names no operator.
-            forced: None,
+            forced,
         }
     }
 
