@@ -13,6 +13,7 @@ use crate::backend::Backend;
 use crate::limits::{
     MEMBERSHIP_CHANGE_TIMEOUT_MS, MEMBER_ADDRESS_BYTES_MAX, RAFT_ALIVE_TIMEOUT_MS,
 };
+use fusebox_core::auth::Role;
 use fusebox_proto::v1::cluster_client::ClusterClient;
 use fusebox_proto::v1::cluster_server::Cluster;
 use fusebox_proto::v1::{
@@ -89,6 +90,18 @@ fn write_status(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Statu
             Status::failed_precondition(c.to_string())
         }
         other => Status::unavailable(other.to_string()),
+    }
+}
+
+/// Membership and leadership are an admin's: the guard's rule says so, and
+/// the service checks again rather than trust that the guard is in front.
+fn admin_only<T>(request: &Request<T>) -> Result<(), Status> {
+    match Caller::of(request) {
+        Some(caller) if caller.role == Role::Admin => Ok(()),
+        Some(caller) => Err(Status::permission_denied(format!(
+            "{caller} may not change the membership: it needs the admin role"
+        ))),
+        None => Err(Status::internal("request not admitted by the guard")),
     }
 }
 
@@ -182,6 +195,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<AddMemberResponse>, Status> {
+        admin_only(&request)?;
         if !self.backend.raft.is_leader() {
             return self
                 .to_leader(request, |channel, request| async move {
@@ -237,6 +251,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<RemoveMemberRequest>,
     ) -> Result<Response<RemoveMemberResponse>, Status> {
+        admin_only(&request)?;
         if !self.backend.raft.is_leader() {
             return self
                 .to_leader(request, |channel, request| async move {
@@ -273,6 +288,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderResponse>, Status> {
+        admin_only(&request)?;
         if !self.backend.raft.is_leader() {
             return self
                 .to_leader(request, |channel, request| async move {
