@@ -33,20 +33,12 @@ fn fixture() -> Fixture {
     let config = NodeConfig {
         id: 1,
         listen: addr.parse().unwrap(),
-        advertise: None,
         http: None,
         peers: BTreeMap::from([(1, addr.clone())]),
         data_dir: dir.path().to_path_buf(),
         cluster_id: "bench".into(),
-        join: false,
         timing: Default::default(),
-        peer_listen: None,
-        tls: None,
-        peer_tls: None,
-        insecure: false,
-        auth: false,
-        init_auth: None,
-        caller_limits: Default::default(),
+        ..NodeConfig::single_node()
     };
     let client = runtime.block_on(async {
         let node = node::start(config).await.unwrap();

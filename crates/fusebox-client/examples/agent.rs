@@ -118,20 +118,12 @@ async fn embedded_node() -> (String, tempfile::TempDir) {
     let config = fusebox_server::node::NodeConfig {
         id: 1,
         listen: addr.parse().unwrap(),
-        advertise: None,
         http: None,
         peers: BTreeMap::from([(1, addr.clone())]),
         data_dir: dir.path().to_path_buf(),
         cluster_id: "example".into(),
-        join: false,
         timing: Default::default(),
-        peer_listen: None,
-        tls: None,
-        peer_tls: None,
-        insecure: false,
-        auth: false,
-        init_auth: None,
-        caller_limits: Default::default(),
+        ..fusebox_server::node::NodeConfig::single_node()
     };
     let node = fusebox_server::node::start(config).await.unwrap();
     std::mem::forget(node);

@@ -61,20 +61,12 @@ impl TestCluster {
             let config = NodeConfig {
                 id: *id,
                 listen: addr.parse::<SocketAddr>().unwrap(),
-                advertise: None,
                 http: None,
                 peers: peers.clone(),
                 data_dir: dir.path().to_path_buf(),
                 cluster_id: "client-tests".into(),
-                join: false,
                 timing: fast_timing(),
-                peer_listen: None,
-                tls: None,
-                peer_tls: None,
-                insecure: false,
-                auth: false,
-                init_auth: None,
-                caller_limits: Default::default(),
+                ..NodeConfig::single_node()
             };
             nodes.push(node::start(config).await.unwrap());
             dirs.push(dir);
