@@ -38,6 +38,7 @@
 //! the error stops Raft before any answer computed from it is acknowledged.
 
 use crate::codec::{decode, encode};
+use crate::limits::INSTALL_BATCH_BYTES_MAX;
 use crate::rocks::{cf, db_error, CF_LEDGER, CF_LEDGER_INDEX, CF_META};
 use fusebox_core::ledger::{deadline, Index, LedgerStore, Record, Status};
 use fusebox_core::machine::{SnapshotReader, SnapshotWriter};
@@ -45,7 +46,7 @@ use fusebox_core::time::Timestamp;
 use fusebox_core::{CoreError, Namespace};
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions, DB};
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 const KEY_LEDGER_APPLIED: &[u8] = b"ledger_applied";
@@ -485,11 +486,11 @@ impl LedgerControl {
 
     /// Writes every record of the ledger, as of a point-in-time view of the
     /// database, into `writer`. Runs concurrently with applies.
-    pub(crate) fn write_snapshot_records(
+    pub(crate) fn write_snapshot_records<W: Write>(
         &self,
         db: &DB,
         view: &rocksdb::SnapshotWithThreadMode<'_, DB>,
-        writer: &mut SnapshotWriter,
+        writer: &mut SnapshotWriter<W>,
     ) -> io::Result<()> {
         let family = cf(db, CF_LEDGER)?;
         for item in view.iterator_cf(family, IteratorMode::Start) {
@@ -503,11 +504,18 @@ impl LedgerControl {
     }
 
     /// Replaces the whole ledger with a snapshot's records, as of log index
-    /// `index`, in one synced batch.
-    pub(crate) fn install(
+    /// `index`. Records go in batches of at most
+    /// [`INSTALL_BATCH_BYTES_MAX`], so memory holds one batch however
+    /// large the snapshot; `commit` checks the reader (its checksum) and
+    /// adds its own writes to the last batch, which is synced and holds the
+    /// counts and the applied index. Until that batch the ledger on disk is
+    /// half replaced: the caller records the install first and redoes it
+    /// from the start after a crash.
+    pub(crate) fn install<R: Read>(
         &self,
-        reader: &mut SnapshotReader<'_>,
+        reader: &mut SnapshotReader<R>,
         index: Option<u64>,
+        commit: impl FnOnce(&SnapshotReader<R>, &mut WriteBatch) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut inner = self.ledger.lock();
         let db = inner.db.clone();
@@ -516,6 +524,10 @@ impl LedgerControl {
             cf(&db, CF_LEDGER_INDEX)?,
             cf(&db, CF_META)?,
         );
+        let write = |batch: WriteBatch| {
+            db.write(batch)
+                .map_err(|e| db_error("install ledger snapshot", e))
+        };
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(records, [0u8].as_slice(), [0xffu8].as_slice());
         batch.delete_range_cf(indexes, [0u8].as_slice(), [0xffu8].as_slice());
@@ -531,6 +543,9 @@ impl LedgerControl {
                 encode("ledger record", &record)?,
             );
             *counts.entry(ns).or_default() += 1;
+            if batch.size_in_bytes() >= INSTALL_BATCH_BYTES_MAX {
+                write(std::mem::take(&mut batch))?;
+            }
         }
         for (ns, n) in &counts {
             batch.put_cf(indexes, count_key(ns), n.to_le_bytes());
@@ -539,6 +554,7 @@ impl LedgerControl {
             Some(i) => batch.put_cf(meta, KEY_LEDGER_APPLIED, encode("ledger applied", &i)?),
             None => batch.delete_cf(meta, KEY_LEDGER_APPLIED),
         }
+        commit(reader, &mut batch)?;
         let mut options = WriteOptions::default();
         options.set_sync(true);
         db.write_opt(batch, &options)

@@ -15,8 +15,8 @@
 //! [`open`] opens one RocksDB instance in the data directory with five
 //! column families: `logs` (the entries), `meta` (vote, committed, last
 //! purged, and the last log index whose ledger changes are on disk),
-//! `snapshot` (the persisted snapshot: its metadata, its head and its
-//! bytes), `ledger` (the records) and `ledger_index` (the ledger's secondary
+//! `snapshot` (pointers to the persisted snapshot's file in `snapshots/`,
+//! with its metadata and checksums), `ledger` (the records) and `ledger_index` (the ledger's secondary
 //! indexes, deadlines and per-namespace counts). One instance means one
 //! write-ahead log, which orders every write, votes, log entries, ledger
 //! changes and snapshots alike.
@@ -31,8 +31,8 @@
 //! | `purge` | `last_purged` and the deletion in one atomic batch, synced by the next fsync (it only drops what a durable snapshot covers) |
 //! | `save_committed` | survives a process crash at once; synced by the next fsync |
 //! | `apply` | never by itself: the entry's ledger changes and its index go in one unsynced batch, the fleet stays in memory, and the committed log is the record a restart replays |
-//! | `build_snapshot` | before it returns (`sync = true`), metadata, head and bytes in one batch; not written at all if the snapshot on disk is newer (an install overtook the build) |
-//! | `install_snapshot` | before it returns: the ledger replaced in one synced batch, then the snapshot's metadata, head and bytes in another |
+//! | `build_snapshot` | before it returns: the file fsynced, renamed into place and its folder synced, then its pointer written with `sync = true`; not kept at all if the snapshot on disk is newer (an install overtook the build) |
+//! | `install_snapshot` | before it returns: the file fsynced and renamed into place, an `installing` pointer synced, the ledger replaced in bounded batches, the last of which (synced) moves the current pointer; a crash before that redoes the install at the next open |
 //!
 //! The store's RocksDB calls run on tokio's blocking pool ([`blocking`]),
 //! and WAL fsyncs for appends on a dedicated flusher thread; on a thread
@@ -44,11 +44,11 @@
 //! refuses the commit of the entry being applied), which stops Raft, never
 //! a panic.
 //!
-//! The snapshot data type is [`SnapshotData`]: the core's snapshot
-//! encoding, in memory or (the persisted one) read from disk only when it is
-//! sent or installed; the server's network sends it in chunks.
-//!
-//! The store's one bound of its own, the flusher's queue, is in `limits.rs`.
+//! The snapshot data type is [`SnapshotData`]: an open file holding the
+//! core's snapshot encoding, with its length and SHA-256. Snapshots are
+//! built into files, received into files ([`StateStore::snapshot_sink`]),
+//! sent and installed from them, one chunk or one record in memory at a
+//! time: no size bound short of the disk.
 
 #![deny(missing_docs)]
 
@@ -63,6 +63,7 @@ mod log_store;
 mod observer;
 mod rocks;
 mod snapshot_builder;
+mod snapshot_file;
 mod snapshot_slot;
 mod state_store;
 pub mod types;
@@ -74,10 +75,11 @@ pub use log_store::{LogReader, LogStore};
 pub use observer::ApplyObserver;
 pub use rocks::{blocking, run_inline};
 pub use snapshot_builder::StateSnapshotBuilder;
+pub use snapshot_file::{SnapshotDataReader, SnapshotSink};
 pub use state_store::StateStore;
 pub use types::{
-    snapshot_data, Entry, LogId, Member, Node, NodeId, RaftRuntime, Request, Response, Snapshot,
-    SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, Vote,
+    Entry, LogId, Member, Node, NodeId, RaftRuntime, Request, Response, Snapshot, SnapshotData,
+    SnapshotMeta, StoredMembership, TypeConfig, Vote,
 };
 
 use std::path::Path;
@@ -94,7 +96,7 @@ use std::sync::Arc;
 pub fn open(dir: &Path, me: &DirIdentity) -> Result<(LogStore, StateStore), StoreError> {
     let db = Arc::new(rocks::open_db(dir)?);
     identity::claim(&db, dir, me)?;
-    let state = StateStore::open(db.clone()).map_err(StoreError::Snapshot)?;
+    let state = StateStore::open(db.clone(), dir).map_err(StoreError::Snapshot)?;
     let flusher = flusher::Flusher::start(db.clone()).map_err(StoreError::Flusher)?;
     Ok((log_store::LogStore::new(db, flusher), state))
 }

@@ -1,13 +1,18 @@
 //! The store's own bounds, in one place, each with its unit in its name.
 //!
-//! The store has one queue of its own and no timers: every other bound on
-//! what it holds or reads comes from its callers (ledger scan budgets and
-//! record counts from [`fusebox_core::limits`], snapshot and message sizes
+//! The store has one queue of its own, one batch size and no timers: every
+//! other bound on what it holds or reads comes from its callers (ledger scan
+//! budgets and record counts from [`fusebox_core::limits`], message sizes
 //! from the server's transport), and openraft sets the pace of appends,
-//! snapshots and purges.
+//! snapshots and purges. A snapshot has no size bound short of the disk: it
+//! is streamed between files and the database ([`crate::snapshot_file`]).
 
 /// Append completions waiting for the flusher's next WAL fsync, at most; a
 /// full queue makes the next append wait (on the blocking pool), which
 /// slows openraft down rather than growing memory. One fsync completes the
 /// callback that woke the flusher and up to this many more.
 pub(crate) const FLUSH_QUEUE_CALLBACKS_MAX: usize = 1024;
+
+/// Bytes of ledger writes per batch when a snapshot is installed, at most
+/// (one record past it): memory for one batch, however large the snapshot.
+pub(crate) const INSTALL_BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;

@@ -5,7 +5,7 @@
 //! point-in-time view of what is large: the fleet (breakers, policies), the
 //! last applied log id and membership, and a RocksDB snapshot of the ledger.
 //! The lock is then released, and the ledger's records are streamed from
-//! that view into the encoding and persisted, all on the blocking pool,
+//! that view into a snapshot file and persisted, all on the blocking pool,
 //! while entries keep being applied. A built snapshot older than the one
 //! already persisted (an install overtook it) is returned but not saved.
 //!
@@ -15,8 +15,7 @@
 
 use crate::live::Shared;
 use crate::rocks::blocking;
-use crate::snapshot_slot::Save;
-use crate::types::{snapshot_data, Snapshot, SnapshotData, SnapshotMeta, TypeConfig};
+use crate::types::{Snapshot, SnapshotData, SnapshotMeta, TypeConfig};
 use fusebox_core::machine::SnapshotWriter;
 use openraft::RaftSnapshotBuilder;
 use std::io;
@@ -35,8 +34,9 @@ impl StateSnapshotBuilder {
     }
 }
 
-/// Encodes the state as of one applied entry; blocks.
-fn build(shared: &Shared) -> io::Result<(SnapshotMeta, Vec<u8>)> {
+/// Encodes the state as of one applied entry into a new file and persists
+/// it; blocks.
+fn build(shared: &Shared) -> io::Result<(SnapshotMeta, SnapshotData)> {
     let db = shared.db.clone();
     let (meta, fleet, view) = {
         let live = shared.lock()?;
@@ -48,11 +48,17 @@ fn build(shared: &Shared) -> io::Result<(SnapshotMeta, Vec<u8>)> {
     };
     let encode_error =
         |e: fusebox_core::CoreError| io::Error::other(format!("encode snapshot: {e}"));
-    let mut writer = SnapshotWriter::new(&fleet).map_err(encode_error)?;
+    let mut writer =
+        SnapshotWriter::to_sink(&fleet, shared.snapshots.building()?).map_err(encode_error)?;
+    drop(fleet);
+    let head = (writer.head_len(), writer.sink().digest());
     shared
         .ledger
         .write_snapshot_records(&db, &view, &mut writer)?;
-    Ok((meta, writer.finish()))
+    drop(view);
+    let sink = writer.finish().map_err(encode_error)?;
+    let data = shared.snapshots.save_built(&meta, sink, head)?;
+    Ok((meta, data))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateSnapshotBuilder {
@@ -60,16 +66,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateSnapshotBuilder {
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let shared = self.shared.clone();
-        let (meta, data) = blocking(move || {
-            let (meta, data) = build(&shared)?;
-            shared.snapshots.save(&meta, &data, Save::IfNotOlder)?;
-            Ok((meta, data))
-        })
-        .await?;
-        tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built");
-        Ok(Snapshot {
-            meta,
-            snapshot: snapshot_data(data),
-        })
+        let (meta, snapshot) = blocking(move || build(&shared)).await?;
+        tracing::info!(snapshot = %meta, bytes = snapshot.len(), "snapshot built");
+        Ok(Snapshot { meta, snapshot })
     }
 }

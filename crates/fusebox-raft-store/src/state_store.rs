@@ -26,22 +26,24 @@
 //! RocksDB point-in-time view of the ledger) then encoded and persisted
 //! without it ([`crate::snapshot_builder`]).
 
-use crate::ledger_store::RocksLedger;
+use crate::ledger_store::{LedgerControl, RocksLedger};
 use crate::live::{Live, Shared};
 use crate::observer::ApplyObserver;
 use crate::rocks::blocking;
 use crate::snapshot_builder::StateSnapshotBuilder;
-use crate::snapshot_slot::{Save, SnapshotSlot};
+use crate::snapshot_file::SnapshotSink;
+use crate::snapshot_slot::{SnapshotSlot, Staged};
 use crate::types::{
     Entry, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use fusebox_core::ledger::BoxedLedger;
-use fusebox_core::machine::{Fleet, SharedStateMachine, SnapshotReader, StateMachine};
+use fusebox_core::machine::{Fleet, SharedStateMachine, StateMachine};
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use rocksdb::DB;
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,19 +56,26 @@ pub struct StateStore {
 impl StateStore {
     /// Opens over `db`: the ledger where it is, the fleet from the
     /// persisted snapshot if there is one.
-    pub(crate) fn open(db: Arc<DB>) -> io::Result<StateStore> {
-        let snapshots = SnapshotSlot::new(db.clone());
+    pub(crate) fn open(db: Arc<DB>, dir: &Path) -> io::Result<StateStore> {
+        let snapshots = SnapshotSlot::open(db.clone(), dir)?;
         let (ledger, control) = RocksLedger::open(db.clone())?;
+        if let Some((staged, previous)) = snapshots.pending()? {
+            install_records(&control, &db, &staged)?;
+            if let Some(file) = previous {
+                snapshots.remove_file(&file);
+            }
+            tracing::info!(snapshot = %staged.meta(), "interrupted snapshot install finished");
+        }
         let boxed: BoxedLedger = Box::new(ledger);
-        let live = match snapshots.load_head()? {
+        let live = match snapshots.load_fleet()? {
             None => Live {
                 sm: StateMachine::from_parts(Fleet::default(), boxed),
                 last_applied: None,
                 last_membership: StoredMembership::default(),
                 observer: None,
             },
-            Some((meta, head)) => Live {
-                sm: StateMachine::from_parts(restore_fleet(&meta, &head)?, boxed),
+            Some((meta, fleet)) => Live {
+                sm: StateMachine::from_parts(fleet, boxed),
                 last_applied: meta.last_log_id,
                 last_membership: meta.last_membership,
                 observer: None,
@@ -127,18 +136,17 @@ impl StateStore {
         Ok(response)
     }
 
-    /// Installs a snapshot: the ledger first (synced), then the persisted
-    /// snapshot, then the fleet swapped in; blocks. The order matters: a
-    /// crash between steps leaves the ledger at least as new as the
-    /// persisted fleet, which a restart's replay handles.
-    fn install_blocking(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let (fleet, mut reader) = SnapshotReader::open(data).map_err(|e| refused(meta, e))?;
+    /// Installs a snapshot; blocks. The snapshot is checked whole first
+    /// (every record decoded, its checksum), then staged, the ledger
+    /// replaced in bounded batches and the persisted snapshot moved to it
+    /// in the last one ([`crate::snapshot_slot`]), then the fleet swapped
+    /// in. A crash before that last batch leaves the install staged, and
+    /// the next open finishes it.
+    fn install_blocking(&self, meta: &SnapshotMeta, data: &SnapshotData) -> io::Result<()> {
         let mut guard = self.shared.lock()?;
-        self.shared
-            .ledger
-            .install(&mut reader, meta.last_log_id.map(|id| id.index))
-            .map_err(|e| io::Error::new(e.kind(), format!("snapshot {meta} refused: {e}")))?;
-        self.shared.snapshots.save(meta, data, Save::Always)?;
+        let fleet = self.shared.snapshots.install(meta, data, |staged| {
+            install_records(&self.shared.ledger, &self.shared.db, staged)
+        })?;
         let live = &mut *guard;
         live.sm.replace_fleet(fleet);
         live.last_applied = meta.last_log_id;
@@ -148,20 +156,23 @@ impl StateStore {
         }
         Ok(())
     }
+
+    /// A new file to receive a snapshot into, in this store's data
+    /// directory; blocks. Finished, it is the [`SnapshotData`] openraft
+    /// installs; dropped unfinished, it is removed.
+    pub fn snapshot_sink(&self) -> io::Result<SnapshotSink> {
+        self.shared.snapshots.incoming()
+    }
 }
 
-fn refused(meta: &SnapshotMeta, e: fusebox_core::CoreError) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("snapshot {meta} refused: {e}"),
-    )
-}
-
-/// The fleet of a persisted snapshot, from its head alone.
-fn restore_fleet(meta: &SnapshotMeta, head: &[u8]) -> io::Result<Fleet> {
-    SnapshotReader::open(head)
-        .map(|(fleet, _)| fleet)
-        .map_err(|e| refused(meta, e))
+/// Replaces the ledger with a staged snapshot's records, committing the
+/// snapshot in the same last batch.
+fn install_records(ledger: &LedgerControl, db: &DB, staged: &Staged) -> io::Result<()> {
+    let mut reader = staged.records()?;
+    let index = staged.meta().last_log_id.map(|id| id.index);
+    ledger.install(&mut reader, index, |reader, batch| {
+        staged.commit(reader, db, batch)
+    })
 }
 
 impl RaftStateMachine<TypeConfig> for StateStore {
@@ -198,7 +209,7 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     ) -> Result<(), io::Error> {
         let store = self.clone();
         let meta = meta.clone();
-        blocking(move || store.install_blocking(&meta, &snapshot.load()?)).await?;
+        blocking(move || store.install_blocking(&meta, &snapshot)).await?;
         tracing::info!(last_applied = ?self.last_applied(), "snapshot installed");
         Ok(())
     }

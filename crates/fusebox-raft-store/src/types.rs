@@ -5,8 +5,6 @@ use fusebox_core::machine::{Applied, Command};
 use fusebox_core::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::io;
-use std::sync::Arc;
 
 /// One log entry's payload: a command stamped with the leader's clock.
 ///
@@ -148,57 +146,7 @@ impl fmt::Display for Member {
     }
 }
 
-/// A snapshot's bytes (the core's snapshot encoding) as openraft moves them
-/// between the state machine, the builder and the network: in memory when
-/// just built or received, or a handle on the persisted snapshot that reads
-/// it only when it is sent or installed. openraft asks for the current
-/// snapshot at every start only to learn its metadata; a large ledger's
-/// snapshot is then never read.
-#[derive(Clone)]
-pub struct SnapshotData(Source);
-
-type Loader = Arc<dyn Fn() -> io::Result<Vec<u8>> + Send + Sync>;
-
-#[derive(Clone)]
-enum Source {
-    Bytes(Arc<Vec<u8>>),
-    Stored(Loader),
-}
-
-impl SnapshotData {
-    /// Bytes in memory (built here, or received from the leader).
-    pub fn from_bytes(bytes: Vec<u8>) -> SnapshotData {
-        SnapshotData(Source::Bytes(Arc::new(bytes)))
-    }
-
-    /// The persisted snapshot, read by `load` when needed.
-    pub(crate) fn stored(load: impl Fn() -> io::Result<Vec<u8>> + Send + Sync + 'static) -> Self {
-        SnapshotData(Source::Stored(Arc::new(load)))
-    }
-
-    /// The bytes, read from disk if this is the persisted snapshot; may
-    /// block on disk, so call it from the blocking pool.
-    pub fn load(&self) -> io::Result<Arc<Vec<u8>>> {
-        match &self.0 {
-            Source::Bytes(bytes) => Ok(bytes.clone()),
-            Source::Stored(load) => load().map(Arc::new),
-        }
-    }
-}
-
-impl fmt::Debug for SnapshotData {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Source::Bytes(b) => write!(f, "SnapshotData({} bytes)", b.len()),
-            Source::Stored(_) => write!(f, "SnapshotData(stored)"),
-        }
-    }
-}
-
-/// Wraps received bytes as [`SnapshotData`].
-pub fn snapshot_data(bytes: Vec<u8>) -> SnapshotData {
-    SnapshotData::from_bytes(bytes)
-}
+pub use crate::snapshot_file::SnapshotData;
 
 /// A log position: the term and leader that wrote it, and its index.
 pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;

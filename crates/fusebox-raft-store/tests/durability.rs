@@ -6,15 +6,15 @@ mod support;
 
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_raft_store::{
-    open, snapshot_data, ApplyObserver, DirIdentity, StateStore, StoreError, Vote,
+    open, ApplyObserver, DirIdentity, SnapshotData, StateStore, StoreError, Vote,
 };
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{RaftLogReader, RaftSnapshotBuilder};
-use std::io;
-use std::path::Path;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{append, apply, blank, digest, kill_switch, log_id, membership, normal};
+use support::{append, apply, begin, blank, digest, kill_switch, log_id, membership, normal};
 use tempfile::TempDir;
 
 /// Overwrites one value behind the store's back, as a bad disk would.
@@ -27,6 +27,30 @@ fn scribble(dir: &Path, family: &str, key: &[u8], value: &[u8]) {
     .unwrap();
     db.put_cf(db.cf_handle(family).unwrap(), key, value)
         .unwrap();
+}
+
+/// Bytes received as a snapshot would be, into the store's own folder.
+fn received(state: &StateStore, bytes: &[u8]) -> SnapshotData {
+    let mut sink = state.snapshot_sink().unwrap();
+    sink.write_all(bytes).unwrap();
+    sink.finish(None).unwrap()
+}
+
+/// All of a snapshot's bytes.
+fn bytes_of(data: &SnapshotData) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    data.reader().read_to_end(&mut bytes).unwrap();
+    bytes
+}
+
+/// The files in a store's snapshot folder, sorted.
+fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
 }
 
 #[tokio::test]
@@ -109,10 +133,9 @@ async fn built_snapshot_is_what_reopen_restores() {
     assert_eq!(digest(&state), digest_at_build);
     let current = state.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(current.meta, built.meta);
-    assert_eq!(
-        current.snapshot.load().unwrap(),
-        built.snapshot.load().unwrap()
-    );
+    assert_eq!(bytes_of(&current.snapshot), bytes_of(&built.snapshot));
+    assert_eq!(current.snapshot.sha256(), built.snapshot.sha256());
+    assert_eq!(snapshot_files(dir.path()).len(), 1, "one persisted file");
 }
 
 #[tokio::test]
@@ -160,7 +183,11 @@ async fn corrupt_snapshot_stops_the_open() {
             .await
             .unwrap();
     }
-    scribble(dir.path(), "snapshot", b"head", b"\x02\xff\xff\xff");
+    // A bit flipped inside the fleet, in the file's head.
+    let files = snapshot_files(dir.path());
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[12] ^= 0x01;
+    std::fs::write(&files[0], bytes).unwrap();
 
     match open(dir.path(), &support::me()) {
         Err(StoreError::Snapshot(e)) => assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}"),
@@ -292,7 +319,7 @@ async fn garbage_snapshot_is_refused_and_changes_nothing() {
         b"{\"json\": true}".to_vec(),
     ] {
         let err = state
-            .install_snapshot(&meta, snapshot_data(garbage))
+            .install_snapshot(&meta, received(&state, &garbage))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
@@ -302,6 +329,10 @@ async fn garbage_snapshot_is_refused_and_changes_nothing() {
         before
     );
     assert!(state.get_current_snapshot().await.unwrap().is_none());
+    assert!(
+        snapshot_files(dir.path()).is_empty(),
+        "refused files are removed"
+    );
 }
 
 #[derive(Default)]
@@ -370,4 +401,151 @@ async fn clones_share_one_state() {
         .unwrap();
     assert_eq!(state.last_applied(), Some(log_id(1, 1)));
     assert_eq!(state.with_state(SharedStateMachine::revision), 1);
+}
+
+/// Entries 2..=n+1 writing ledger records `k2`.., after a membership entry.
+fn ledger_entries(from: u64, to: u64) -> Vec<fusebox_raft_store::Entry> {
+    (from..=to)
+        .map(|i| normal(1, i, begin(&format!("k{i}"))))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_snapshot_cut_short_is_refused_before_the_ledger_is_touched() {
+    let (leader_dir, follower_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (_leader_log, mut leader) = open(leader_dir.path(), &support::me()).unwrap();
+    let (_follower_log, mut follower) = open(follower_dir.path(), &support::me()).unwrap();
+    let mut entries = vec![membership(1, 1, &[1, 2])];
+    entries.extend(ledger_entries(2, 40));
+    apply(&mut leader, entries).await.unwrap();
+    apply(
+        &mut follower,
+        vec![membership(1, 1, &[1, 2]), normal(1, 2, begin("mine"))],
+    )
+    .await
+    .unwrap();
+    let before = (follower.applied_state().await.unwrap(), digest(&follower));
+    let snapshot = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let whole = bytes_of(&snapshot.snapshot);
+
+    // Cut inside the last record: the head and most records read fine.
+    let cut = received(&follower, &whole[..whole.len() - 20]);
+    let err = follower
+        .install_snapshot(&snapshot.meta, cut)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert_eq!(
+        (follower.applied_state().await.unwrap(), digest(&follower)),
+        before,
+        "nothing changed"
+    );
+    assert_eq!(follower.ledger_records(), 1);
+
+    // Whole, it installs, and reopening keeps it.
+    follower
+        .install_snapshot(&snapshot.meta, received(&follower, &whole))
+        .await
+        .unwrap();
+    assert_eq!(digest(&follower), digest(&leader));
+    assert_eq!(follower.ledger_records(), 39);
+    drop((_follower_log, follower));
+    let (_log, reopened) = open(follower_dir.path(), &support::me()).unwrap();
+    assert_eq!(digest(&reopened), digest(&leader));
+    assert_eq!(snapshot_files(follower_dir.path()).len(), 1);
+}
+
+#[tokio::test]
+async fn an_install_cut_by_a_crash_is_finished_at_the_next_open() {
+    let dir = TempDir::new().unwrap();
+    let digest_at_build = {
+        let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
+        let mut entries = vec![membership(1, 1, &[1])];
+        entries.extend(ledger_entries(2, 30));
+        apply(&mut state, entries).await.unwrap();
+        let digest_at_build = digest(&state);
+        state
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        apply(&mut state, ledger_entries(31, 35)).await.unwrap();
+        digest_at_build
+    };
+    // What a crash halfway through installing that snapshot leaves: the
+    // install staged (its pointer written), the ledger half replaced.
+    {
+        let db = rocksdb::DB::open_cf(
+            &rocksdb::Options::default(),
+            dir.path(),
+            ["logs", "meta", "snapshot", "ledger", "ledger_index"],
+        )
+        .unwrap();
+        let snapshot = db.cf_handle("snapshot").unwrap();
+        let current = db.get_cf(snapshot, "current").unwrap().unwrap();
+        db.put_cf(snapshot, "installing", current).unwrap();
+        let ledger = db.cf_handle("ledger").unwrap();
+        let keys: Vec<Box<[u8]>> = db
+            .iterator_cf(ledger, rocksdb::IteratorMode::Start)
+            .map(|item| item.unwrap().0)
+            .collect();
+        assert_eq!(keys.len(), 34);
+        for key in keys.iter().step_by(2) {
+            db.delete_cf(ledger, key).unwrap();
+        }
+    }
+
+    let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
+    assert_eq!(digest(&state), digest_at_build, "the install was redone");
+    assert_eq!(state.ledger_records(), 29);
+    assert_eq!(state.applied_state().await.unwrap().0, Some(log_id(1, 30)));
+    assert!(state.get_current_snapshot().await.unwrap().is_some());
+    drop((_log, state));
+    // Finished for good: the pointer is gone, a second open is plain.
+    let (_log, state) = open(dir.path(), &support::me()).unwrap();
+    assert_eq!(digest(&state), digest_at_build);
+}
+
+#[tokio::test]
+async fn a_store_with_its_snapshot_inside_the_database_is_refused_by_name() {
+    let dir = TempDir::new().unwrap();
+    drop(open(dir.path(), &support::me()).unwrap());
+    scribble(dir.path(), "snapshot", b"meta", b"\x04old");
+    match open(dir.path(), &support::me()) {
+        Err(StoreError::Snapshot(e)) => {
+            assert!(e.to_string().contains("empty directory"), "{e}")
+        }
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("an old layout was opened"),
+    }
+}
+
+#[tokio::test]
+async fn leftover_files_are_removed_at_open() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
+        apply(&mut state, vec![normal(1, 1, kill_switch(true))])
+            .await
+            .unwrap();
+        state
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        // A receive a crash interrupted, and a file no pointer names.
+        std::mem::forget(state.snapshot_sink().unwrap());
+    }
+    std::fs::write(dir.path().join("snapshots/snapshot-999"), b"stale").unwrap();
+    assert_eq!(snapshot_files(dir.path()).len(), 3);
+    let (_log, state) = open(dir.path(), &support::me()).unwrap();
+    assert_eq!(snapshot_files(dir.path()).len(), 1);
+    assert!(state.last_applied().is_some());
 }

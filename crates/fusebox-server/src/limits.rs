@@ -80,8 +80,10 @@ pub const REPORT_BATCHES_IN_FLIGHT_MAX: usize = 4;
 
 // Raft (`node/start.rs`, `raft/`).
 
-/// openraft's deadline for sending then installing the last snapshot
-/// segment, in milliseconds: a large ledger's snapshot takes a while.
+/// openraft's `install_snapshot_timeout`, in milliseconds. openraft only
+/// passes it to the transport, which bounds a snapshot by its progress
+/// instead ([`SNAPSHOT_STALL_MS`], [`SNAPSHOT_INSTALL_BASE_MS`]): a total
+/// deadline would cap the snapshot's size.
 pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 60_000;
 /// Fewest applied entries openraft purges from the log at once, so purges
 /// come in batches rather than one entry at a time.
@@ -96,11 +98,22 @@ pub const SNAPSHOT_SPACING_LEDGER_DIVISOR: u64 = 4;
 /// Bytes per snapshot chunk on the wire, well under
 /// [`RAFT_PAYLOAD_BYTES_MAX`].
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
-/// Largest snapshot a node accepts, in bytes.
-pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
-/// Most bytes reserved up front for an incoming snapshot: the size it
-/// announces is the sender's word, so larger ones grow as chunks arrive.
-pub const SNAPSHOT_PREALLOCATE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Longest wait, in milliseconds, for a snapshot stream to move: for the
+/// receiver to take the next chunk (the sender's side) or for the next
+/// chunk to arrive (the receiver's). A snapshot has no size bound short of
+/// the disk, so no total deadline fits it; a stalled stream ends instead.
+pub const SNAPSHOT_STALL_MS: u64 = 30_000;
+/// After its last chunk, a snapshot's receiver has this long, in
+/// milliseconds, plus one second per [`SNAPSHOT_INSTALL_BYTES_PER_SEC`] of
+/// snapshot, to check and install it and answer.
+pub const SNAPSHOT_INSTALL_BASE_MS: u64 = 60_000;
+/// The slowest install rate the sender's deadline allows for, in bytes per
+/// second (well below what a disk writes: the receiver reads the snapshot
+/// twice, to check it, then to install it).
+pub const SNAPSHOT_INSTALL_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
+/// Snapshots one node receives at once, at most; more are refused with
+/// `RESOURCE_EXHAUSTED` (each one takes its size in disk while it arrives).
+pub const SNAPSHOT_RECEIVES_MAX: usize = 2;
 /// Largest Raft message payload accepted or sent, in bytes.
 pub const RAFT_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Largest replication batch one AppendEntries carries, in encoded bytes;
@@ -117,8 +130,10 @@ pub const RAFT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 
 // The node's servers and background loops (`node/start.rs`).
 
-/// Deadline the gRPC server puts on every call it serves, in milliseconds:
-/// no request holds a connection's resources forever.
+/// Deadline the gRPC server puts on every call it serves, in milliseconds
+/// (the guard applies it: `auth/guard.rs`): no request holds a
+/// connection's resources forever. Raft's `InstallSnapshot` is bounded by
+/// [`SNAPSHOT_STALL_MS`] instead.
 pub const GRPC_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// Largest request the Tools service decodes, in bytes: a whole manifest at
 /// its documented bounds (512 tools with 16 KiB disclosure blocks, about

@@ -39,6 +39,6 @@ pub use clock::StateClock;
 pub use command::{Command, OperatorAction, OutcomeReport, Report};
 pub use fleet::Fleet;
 pub use namespace::{KillSwitch, NamespaceState, PolicyVersion};
-pub use snapshot::{hex_digest, snapshot_head, SnapshotReader, SnapshotWriter, SNAPSHOT_FORMAT};
+pub use snapshot::{hex_digest, SnapshotReader, SnapshotWriter, SNAPSHOT_FORMAT};
 pub use state_machine::{SharedStateMachine, StateMachine};
 pub use watch_event::WatchEvent;

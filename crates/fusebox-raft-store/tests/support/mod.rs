@@ -25,6 +25,24 @@ pub fn kill_switch(writes_blocked: bool) -> Command {
     }
 }
 
+/// A command that writes one ledger record (with a result of
+/// `result_bytes` once completed, if asked).
+pub fn begin(key: &str) -> Command {
+    Command::Begin {
+        namespace: Namespace::new("fleet-a").unwrap(),
+        request: fusebox_core::ledger::BeginRequest {
+            key: key.into(),
+            fingerprint: "fp".into(),
+            intent_id: format!("intent-{key}"),
+            tool: fusebox_core::ToolName::new("restart_job").unwrap(),
+            target: "job-1".into(),
+            effect: fusebox_core::policy::EffectClass::IdempotentWrite,
+            attempt: "1".into(),
+            lease_ms: 60_000,
+        },
+    }
+}
+
 pub fn normal(term: u64, index: u64, command: Command) -> Entry {
     Entry::new_normal(
         log_id(term, index),

@@ -21,12 +21,16 @@
 use super::caller::{Caller, Via};
 use super::limits::{CallerLimits, Meter, StreamPermit};
 use super::rules::{rule_for, Rule};
+use crate::limits::GRPC_REQUEST_TIMEOUT_MS;
 use crate::node::incoming::ConnInfo;
 use fusebox_core::auth::{AuthTable, Role};
 use fusebox_core::{Namespace, Timestamp};
 use futures::future::{ready, Either, Ready};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::codegen::http::{HeaderMap, Request, Response};
@@ -358,13 +362,20 @@ pub struct Guarded<S> {
     inner: S,
 }
 
+/// The one call the server's deadline does not bound: a snapshot of any
+/// size streams in under deadlines of its own (`raft/service.rs`).
+const INSTALL_SNAPSHOT_PATH: &str = "/fusebox.v1.Raft/InstallSnapshot";
+
+/// A guarded call: refused at once, or handled within a deadline.
+type GuardedFuture<F, E> = Either<Ready<Result<Response<Body>, E>>, Deadline<Instrumented<F>>>;
+
 impl<S> Service<Request<Body>> for Guarded<S>
 where
     S: Service<Request<Body>, Response = Response<Body>>,
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = Either<Ready<Result<Response<Body>, S::Error>>, Instrumented<S::Future>>;
+    type Future = GuardedFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -394,10 +405,49 @@ where
                 if let Some(recheck) = recheck {
                     request.extensions_mut().insert(recheck);
                 }
-                Either::Right(self.inner.call(request).instrument(span))
+                // The server's deadline on every handler (shorter if the
+                // client's `grpc-timeout` says so, which tonic applies).
+                let limit = (path != INSTALL_SNAPSHOT_PATH)
+                    .then(|| Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS));
+                Either::Right(Deadline {
+                    inner: Box::pin(self.inner.call(request).instrument(span)),
+                    sleep: limit.map(|limit| Box::pin(tokio::time::sleep(limit))),
+                })
             }
             Err(status) => Either::Left(ready(Ok(status.into_http()))),
         }
+    }
+}
+
+/// A handler's future with the server's deadline: past it, the call ends
+/// with `DEADLINE_EXCEEDED` and the handler is dropped.
+pub struct Deadline<F> {
+    inner: Pin<Box<F>>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<F, E> Future for Deadline<F>
+where
+    F: Future<Output = Result<Response<Body>, E>>,
+{
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Poll::Ready(out) = this.inner.as_mut().poll(cx) {
+            return Poll::Ready(out);
+        }
+        let expired = match &mut this.sleep {
+            Some(sleep) => sleep.as_mut().poll(cx).is_ready(),
+            None => false,
+        };
+        if !expired {
+            return Poll::Pending;
+        }
+        let status = Status::deadline_exceeded(format!(
+            "the server's deadline of {GRPC_REQUEST_TIMEOUT_MS} ms for one call passed"
+        ));
+        Poll::Ready(Ok(status.into_http()))
     }
 }
 

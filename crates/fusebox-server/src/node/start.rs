@@ -14,11 +14,10 @@ use crate::api::{AuthService, Forwarder, Gateway, Services};
 use crate::auth::{Guard, GuardLayer, PublishedAuth};
 use crate::backend::Backend;
 use crate::limits::{
-    CONNECTION_STREAMS_MAX, GRPC_REQUEST_TIMEOUT_MS, INSTALL_SNAPSHOT_TIMEOUT_MS,
-    LEADER_CONTACT_ELECTIONS, METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES,
-    RAFT_ALIVE_CHECK_PERIOD_MS, RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX,
-    SERVER_PING_INTERVAL_MS, SERVER_PING_TIMEOUT_MS, SHUTDOWN_TASK_WAIT_MS,
-    SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
+    CONNECTION_STREAMS_MAX, INSTALL_SNAPSHOT_TIMEOUT_MS, LEADER_CONTACT_ELECTIONS,
+    METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES, RAFT_ALIVE_CHECK_PERIOD_MS,
+    RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, SERVER_PING_INTERVAL_MS, SERVER_PING_TIMEOUT_MS,
+    SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
 };
 use crate::metrics::{self, Metrics};
 use crate::raft::network::Network;
@@ -201,6 +200,8 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         contact: backend.contact.clone(),
         clock: env.clock.clone(),
         member_certs: tls.peer_server.is_some(),
+        store: backend.state.clone(),
+        receiving: RaftService::receiving_permits(),
     };
     let first_admin = match &config.init_auth {
         Some(file) => Some(init_auth::load_or_create(file).map_err(StartError::Config)?),
@@ -410,9 +411,8 @@ fn spawn_grpc(
     };
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     // Every call passes the guard first (`crate::auth`): its rule, its
-    // caller, its role.
+    // caller, its role, and the server's deadline on the handler.
     let router = tonic::transport::Server::builder()
-        .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
         .max_concurrent_streams(CONNECTION_STREAMS_MAX)
         .http2_keepalive_interval(Some(Duration::from_millis(SERVER_PING_INTERVAL_MS)))
         .http2_keepalive_timeout(Some(Duration::from_millis(SERVER_PING_TIMEOUT_MS)))
@@ -470,7 +470,6 @@ fn spawn_peer_grpc(
     // The guard passes Raft calls on to the service's member check and
     // refuses any other path.
     let router = tonic::transport::Server::builder()
-        .timeout(Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS))
         .max_concurrent_streams(CONNECTION_STREAMS_MAX)
         .http2_keepalive_interval(Some(Duration::from_millis(SERVER_PING_INTERVAL_MS)))
         .http2_keepalive_timeout(Some(Duration::from_millis(SERVER_PING_TIMEOUT_MS)))

@@ -8,7 +8,8 @@
 use super::codec::{self, Route};
 use crate::limits::{
     RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, REPLICATION_BATCH_BYTES_MAX,
-    SNAPSHOT_CHUNK_BYTES,
+    SNAPSHOT_CHUNK_BYTES, SNAPSHOT_INSTALL_BASE_MS, SNAPSHOT_INSTALL_BYTES_PER_SEC,
+    SNAPSHOT_STALL_MS,
 };
 use crate::node::contact::LeaderContact;
 use crate::node::Clock;
@@ -18,6 +19,7 @@ use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
 use fusebox_raft_store::Member;
 use fusebox_raft_store::{LogId, NodeId, SnapshotData, SnapshotMeta, TypeConfig};
+use futures::StreamExt;
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
@@ -28,8 +30,9 @@ use openraft::type_config::alias::{SnapshotOf, VoteOf};
 use openraft::RaftNetworkV2;
 use sha2::{Digest, Sha256};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 /// Builds one connection per peer.
@@ -191,38 +194,92 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         .await
     }
 
+    /// Streams the snapshot's file in chunks read as the stream is pulled.
+    /// A snapshot has no size bound, so no total deadline: the stream must
+    /// move every [`SNAPSHOT_STALL_MS`], and the receiver then has a time
+    /// that grows with the snapshot's size to install it and answer.
     async fn full_snapshot(
         &mut self,
         vote: VoteOf<TypeConfig>,
         snapshot: SnapshotOf<TypeConfig, SnapshotData>,
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
-        option: RPCOption,
+        _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        // Reading a persisted snapshot and hashing it are disk and CPU work:
-        // off the runtime's workers.
-        let data = snapshot.snapshot.clone();
-        let loaded = fusebox_raft_store::blocking(move || {
-            let bytes = data.load()?;
-            let sha256 = Sha256::digest(bytes.as_slice()).to_vec();
-            Ok::<_, std::io::Error>((bytes, sha256))
-        })
-        .await
+        let progress = Arc::new(Progress::new());
+        let chunks = snapshot_chunks(
+            &self.route,
+            &vote,
+            &snapshot.meta,
+            snapshot.snapshot.clone(),
+            progress.clone(),
+        )
         .map_err(network)?;
-        let chunks =
-            snapshot_chunks(&self.route, &vote, &snapshot.meta, loaded).map_err(network)?;
         let mut client = self.client()?;
-        let ttl = option.hard_ttl();
+        let install_ms = SNAPSHOT_INSTALL_BASE_MS
+            .saturating_add(snapshot.snapshot.len() / SNAPSHOT_INSTALL_BYTES_PER_SEC * 1_000);
         let send = client.install_snapshot(chunks);
-        let reply = tokio::select! {
-            closed = cancel => return Err(StreamingError::Closed(closed)),
-            r = tokio::time::timeout(ttl, send) => r,
+        tokio::pin!(send);
+        tokio::pin!(cancel);
+        let reply = loop {
+            tokio::select! {
+                closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                r = &mut send => break r,
+                _ = tokio::time::sleep(Duration::from_millis(SNAPSHOT_WATCH_MS)) => {
+                    if let Some(why) = progress.overdue(install_ms) {
+                        return Err(unreachable(format!("snapshot to {}: {why}", self.addr)).into());
+                    }
+                }
+            }
         };
         let reply = match reply {
-            Err(_) => return Err(unreachable(format!("snapshot not taken in {ttl:?}")).into()),
-            Ok(Err(status)) => return Err(network(status.message()).into()),
-            Ok(Ok(reply)) => reply.into_inner(),
+            Err(status) => return Err(network(status.message()).into()),
+            Ok(reply) => reply.into_inner(),
         };
         codec::decode(&reply.payload).map_err(|s| network(s.message()).into())
+    }
+}
+
+/// How often the sender looks at a snapshot stream's progress.
+const SNAPSHOT_WATCH_MS: u64 = 1_000;
+
+/// When a snapshot stream last moved, and when its last chunk went.
+struct Progress {
+    moved: Mutex<(Instant, Option<Instant>)>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            moved: Mutex::new((Instant::now(), None)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (Instant, Option<Instant>)> {
+        self.moved.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A chunk was taken by the transport.
+    fn moved(&self) {
+        self.lock().0 = Instant::now();
+    }
+
+    /// The last chunk was taken.
+    fn ended(&self) {
+        self.lock().1 = Some(Instant::now());
+    }
+
+    /// Why the stream should be given up, if it should.
+    fn overdue(&self, install_ms: u64) -> Option<String> {
+        let (moved, ended) = *self.lock();
+        match ended {
+            None if moved.elapsed() > Duration::from_millis(SNAPSHOT_STALL_MS) => {
+                Some(format!("no chunk taken for {SNAPSHOT_STALL_MS} ms"))
+            }
+            Some(at) if at.elapsed() > Duration::from_millis(install_ms) => Some(format!(
+                "not installed {install_ms} ms after its last chunk"
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -255,35 +312,79 @@ fn within_batch_bytes(
     Ok((rpc, last))
 }
 
-/// A snapshot as begin, data and end chunks. The data chunks are cut from
-/// the snapshot's bytes as the stream is polled, never all copied at once.
+/// A snapshot as begin, data and end chunks. Data chunks are read from the
+/// file (on the blocking pool) as the stream is pulled, and hashed: if the
+/// bytes read no longer match the checksum they were written with (the
+/// file decayed on disk), the stream stops before its end chunk, so the
+/// receiver refuses it, and the error is logged here.
 fn snapshot_chunks(
     route: &Route,
     vote: &VoteOf<TypeConfig>,
     meta: &SnapshotMeta,
-    (bytes, sha256): (Arc<Vec<u8>>, Vec<u8>),
+    data: SnapshotData,
+    progress: Arc<Progress>,
 ) -> Result<impl futures::Stream<Item = SnapshotChunk> + Send + 'static, postcard::Error> {
     let begin = SnapshotBegin {
         header: Some(route.header()),
         vote: codec::to_bytes(vote)?,
         meta: codec::to_bytes(meta)?,
-        total_bytes: bytes.len() as u64,
+        total_bytes: data.len(),
     };
-    let end = SnapshotEnd { sha256 };
-    let pieces = bytes.len().div_ceil(SNAPSHOT_CHUNK_BYTES);
-    let data = (0..pieces).map(move |i| {
-        let start = i * SNAPSHOT_CHUNK_BYTES;
-        let stop = (start + SNAPSHOT_CHUNK_BYTES).min(bytes.len());
-        snapshot_chunk::Chunk::Data(fusebox_proto::v1::SnapshotData {
-            offset: start as u64,
-            data: bytes[start..stop].to_vec(),
-        })
+    let described = meta.to_string();
+    let first = SnapshotChunk {
+        chunk: Some(snapshot_chunk::Chunk::Begin(begin)),
+    };
+    let state = (data, 0u64, Sha256::new(), false);
+    let rest = futures::stream::unfold(state, move |(data, offset, mut hasher, done)| {
+        let (progress, described) = (progress.clone(), described.clone());
+        async move {
+            if done {
+                return None;
+            }
+            progress.moved();
+            if offset >= data.len() {
+                progress.ended();
+                let sha256: [u8; 32] = hasher.finalize().into();
+                if sha256 != data.sha256() {
+                    tracing::error!(snapshot = %described, "the persisted snapshot's file no longer matches its checksum; not sent");
+                    return None;
+                }
+                let end = snapshot_chunk::Chunk::End(SnapshotEnd {
+                    sha256: sha256.to_vec(),
+                });
+                return Some((
+                    SnapshotChunk { chunk: Some(end) },
+                    (data, offset, Sha256::new(), true),
+                ));
+            }
+            let reader = data.clone();
+            let read = fusebox_raft_store::blocking(move || {
+                let want = (reader.len() - offset).min(SNAPSHOT_CHUNK_BYTES as u64) as usize;
+                let mut buf = vec![0u8; want];
+                reader.read_at(offset, &mut buf)?;
+                Ok(buf)
+            })
+            .await;
+            let bytes = match read {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    tracing::error!(snapshot = %described, error = %e, "reading the snapshot to send failed");
+                    return None;
+                }
+            };
+            hasher.update(&bytes);
+            let next = offset + bytes.len() as u64;
+            let chunk = snapshot_chunk::Chunk::Data(fusebox_proto::v1::SnapshotData {
+                offset,
+                data: bytes,
+            });
+            Some((
+                SnapshotChunk { chunk: Some(chunk) },
+                (data, next, hasher, false),
+            ))
+        }
     });
-    let chunks = std::iter::once(snapshot_chunk::Chunk::Begin(begin))
-        .chain(data)
-        .chain(std::iter::once(snapshot_chunk::Chunk::End(end)))
-        .map(|chunk| SnapshotChunk { chunk: Some(chunk) });
-    Ok(futures::stream::iter(chunks))
+    Ok(futures::stream::once(futures::future::ready(first)).chain(rest))
 }
 
 #[cfg(test)]

@@ -1,22 +1,24 @@
 //! The receiving side of Raft: `fusebox.v1.Raft` handed to openraft.
 
 use super::codec;
-use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOT_PREALLOCATE_BYTES_MAX};
+use crate::limits::{SNAPSHOT_RECEIVES_MAX, SNAPSHOT_STALL_MS};
 use crate::node::contact::LeaderContact;
 use crate::node::incoming::ConnInfo;
 use crate::node::Clock;
 use fusebox_proto::tls::PeerIdentity;
 use fusebox_proto::v1::raft_server::Raft as RaftRpc;
 use fusebox_proto::v1::{snapshot_chunk, RaftMessage, SnapshotChunk};
-use fusebox_raft_store::{snapshot_data, StateStore, TypeConfig};
+use fusebox_raft_store::{blocking, SnapshotData, StateStore, TypeConfig};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
 };
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use openraft::{Raft, Snapshot};
-use sha2::{Digest, Sha256};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -38,6 +40,18 @@ pub struct RaftService {
     /// with a peer certificate naming them (peer TLS). Without peer TLS the
     /// transport is only as private as the network it listens on.
     pub member_certs: bool,
+    /// The state machine store, whose data directory takes incoming
+    /// snapshots.
+    pub store: StateStore,
+    /// Snapshots being received now, at most [`SNAPSHOT_RECEIVES_MAX`].
+    pub receiving: Arc<Semaphore>,
+}
+
+impl RaftService {
+    /// The permits for snapshots received at once.
+    pub fn receiving_permits() -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(SNAPSHOT_RECEIVES_MAX))
+    }
 }
 
 fn fatal(e: impl std::fmt::Display) -> Status {
@@ -148,10 +162,15 @@ impl RaftRpc for RaftService {
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftMessage>, Status> {
         let sender = certified(&request);
-        let (vote, meta, bytes) = self.receive_snapshot(request.into_inner(), &sender).await?;
+        let Ok(_receiving) = self.receiving.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "already receiving {SNAPSHOT_RECEIVES_MAX} snapshots"
+            )));
+        };
+        let (vote, meta, data) = self.receive_snapshot(request.into_inner(), &sender).await?;
         let snapshot = Snapshot {
             meta,
-            snapshot: snapshot_data(bytes),
+            snapshot: data,
         };
         let resp = self
             .raft
@@ -178,17 +197,19 @@ impl RaftRpc for RaftService {
 }
 
 impl RaftService {
-    /// Collects begin, contiguous data and end chunks, checking bounds and
-    /// the checksum, before anything reaches openraft.
+    /// Writes begin, contiguous data and end chunks into a file in the data
+    /// directory as they arrive (memory for one chunk), checking the order,
+    /// the announced size and the checksum, before anything reaches
+    /// openraft. Each chunk must arrive within [`SNAPSHOT_STALL_MS`]; on any
+    /// refusal the file is removed.
     async fn receive_snapshot(
         &self,
         mut stream: Streaming<SnapshotChunk>,
         sender: &Sender,
-    ) -> Result<(VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>), Status> {
-        let first = stream
-            .next()
-            .await
-            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+    ) -> Result<(VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, SnapshotData), Status> {
+        let first = next_chunk(&mut stream)
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         let Some(snapshot_chunk::Chunk::Begin(begin)) = first.chunk else {
             return Err(Status::invalid_argument(
                 "snapshot stream must start with begin",
@@ -196,36 +217,42 @@ impl RaftService {
         };
         codec::check_header(begin.header.as_ref(), &self.cluster_id, self.me)?;
         self.check_sender(begin.header.as_ref().map_or(0, |h| h.from_node_id), sender)?;
-        if begin.total_bytes > SNAPSHOT_BYTES_MAX {
-            return Err(Status::resource_exhausted(format!(
-                "snapshot of {} bytes, at most {SNAPSHOT_BYTES_MAX}",
-                begin.total_bytes
-            )));
-        }
         let vote = codec::decode(&begin.vote)?;
         let meta = codec::decode(&begin.meta)?;
-        let total = usize::try_from(begin.total_bytes)
-            .map_err(|_| Status::resource_exhausted("snapshot too large for this node"))?;
-        let mut bytes = Vec::with_capacity(total.min(SNAPSHOT_PREALLOCATE_BYTES_MAX));
-        while let Some(chunk) = stream.next().await {
-            match chunk?.chunk {
+        let total = begin.total_bytes;
+        let store = self.store.clone();
+        let mut sink = blocking(move || store.snapshot_sink())
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot take a snapshot in: {e}")))?;
+        while let Some(chunk) = next_chunk(&mut stream).await? {
+            match chunk.chunk {
                 Some(snapshot_chunk::Chunk::Data(d)) => {
-                    if d.offset != bytes.len() as u64 || bytes.len() + d.data.len() > total {
+                    let written = sink.written();
+                    if d.offset != written || written.saturating_add(d.data.len() as u64) > total {
                         return Err(Status::invalid_argument(
                             "snapshot chunk out of order or beyond its size",
                         ));
                     }
-                    bytes.extend_from_slice(&d.data);
+                    sink = blocking(move || {
+                        sink.write_all(&d.data)?;
+                        Ok(sink)
+                    })
+                    .await
+                    .map_err(|e| Status::unavailable(format!("cannot store the snapshot: {e}")))?;
                 }
                 Some(snapshot_chunk::Chunk::End(end)) => {
-                    if bytes.len() != total
-                        || Sha256::digest(&bytes).as_slice() != end.sha256.as_slice()
-                    {
-                        return Err(Status::data_loss(
-                            "snapshot incomplete or checksum mismatch",
-                        ));
+                    if sink.written() != total {
+                        return Err(Status::data_loss("snapshot incomplete"));
                     }
-                    return Ok((vote, meta, bytes));
+                    let data = blocking(move || sink.finish(Some(&end.sha256)))
+                        .await
+                        .map_err(|e| match e.kind() {
+                            std::io::ErrorKind::InvalidData => {
+                                Status::data_loss(format!("snapshot refused: {e}"))
+                            }
+                            _ => Status::unavailable(format!("cannot store the snapshot: {e}")),
+                        })?;
+                    return Ok((vote, meta, data));
                 }
                 _ => return Err(Status::invalid_argument("unexpected snapshot chunk")),
             }
@@ -233,5 +260,17 @@ impl RaftService {
         Err(Status::invalid_argument(
             "snapshot stream ended before its end chunk",
         ))
+    }
+}
+
+/// The next chunk, waiting at most [`SNAPSHOT_STALL_MS`].
+async fn next_chunk(
+    stream: &mut Streaming<SnapshotChunk>,
+) -> Result<Option<SnapshotChunk>, Status> {
+    match tokio::time::timeout(Duration::from_millis(SNAPSHOT_STALL_MS), stream.next()).await {
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "no snapshot chunk for {SNAPSHOT_STALL_MS} ms"
+        ))),
+        Ok(chunk) => chunk.transpose(),
     }
 }

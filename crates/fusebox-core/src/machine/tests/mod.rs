@@ -2,6 +2,7 @@
 
 mod probes;
 mod quotas;
+mod snapshots;
 mod tools;
 
 use super::{Command, StateMachine};
