@@ -161,3 +161,99 @@ async fn a_manifest_at_its_documented_bounds_is_imported_through_a_follower() {
         .expect("a manifest within every documented bound is taken");
     assert_eq!(reply.into_inner().tools.len(), 512);
 }
+
+/// Runs `fusebox ARGS --endpoints ADDR --json`: success, and its output.
+fn fusebox_json(addr: &str, args: &[&str]) -> (bool, serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(args)
+        .args(["--endpoints", addr, "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.success(),
+        value,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn listed(addr: &str) -> (Vec<String>, u64) {
+    let (ok, list, stderr) = fusebox_json(addr, &["namespace", "list"]);
+    assert!(ok, "{stderr}");
+    let names = list["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["namespace"].as_str().unwrap().to_owned())
+        .collect();
+    (names, list["cluster_namespaces"].as_u64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_deletes_a_junk_namespace_but_not_one_with_live_state() {
+    use fusebox_proto::v1::breakers_client::BreakersClient;
+    use fusebox_proto::v1::{Outcome as Reported, OutcomeClass, ReportOutcomesRequest};
+
+    let cluster = TestCluster::start(3);
+    let leader = cluster.wait_leader(&[1, 2, 3], SETTLE).await;
+    let follower = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    let addr = cluster.nodes[&follower].addr.clone();
+
+    // A typo'd namespace takes a place with one report; the real one holds
+    // a ledger record.
+    let report = ReportOutcomesRequest {
+        namespace: "agnets".into(),
+        replica_id: "replica-a".into(),
+        batch_seq: 1,
+        outcomes: vec![Reported {
+            server: "search".into(),
+            tool: "lookup".into(),
+            class: OutcomeClass::Success as i32,
+            duration_ms: 40,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    BreakersClient::new(channel_to(&addr))
+        .report_outcomes(report)
+        .await
+        .unwrap();
+    let begun = cluster
+        .ledger(follower)
+        .await
+        .begin(begin_request("real-write", "a1"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        begun.into_inner().outcome,
+        Some(Outcome::Started(_))
+    ));
+    cluster.wait_in_sync(&[1, 2, 3], SETTLE).await;
+    let (names, taken) = listed(&addr);
+    assert_eq!(names, ["agents", "agnets"]);
+    assert_eq!(taken, 2);
+
+    // Through a follower (forwarded to the leader): the one with a record
+    // is refused and says why; the junk one goes.
+    let (ok, _, stderr) = fusebox_json(&addr, &["namespace", "delete", "agents", "--reason", "x"]);
+    assert!(!ok, "a namespace with a ledger record was deleted");
+    assert!(stderr.contains("ledger record"), "{stderr}");
+    let (ok, gone, stderr) = fusebox_json(
+        &addr,
+        &["namespace", "delete", "agnets", "--reason", "typo"],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(gone["breakers"], 2, "{gone}");
+
+    cluster.wait_in_sync(&[1, 2, 3], SETTLE).await;
+    for id in [1, 2, 3] {
+        let (names, taken) = listed(&cluster.nodes[&id].addr);
+        assert_eq!((names, taken), (vec!["agents".to_owned()], 1), "node {id}");
+    }
+    let (ok, _, stderr) = fusebox_json(
+        &addr,
+        &["namespace", "delete", "agnets", "--reason", "again"],
+    );
+    assert!(!ok && stderr.contains("not found"), "{stderr}");
+}

@@ -25,6 +25,7 @@ mod known;
 mod ledger_cmd;
 mod limits;
 mod manifest;
+mod namespace_cmd;
 mod out;
 mod policy_cmd;
 mod serve;
@@ -64,6 +65,9 @@ enum Command {
     /// Block every write-effect tool in a namespace while reads keep working.
     #[command(after_help = EXIT_CODES_HELP)]
     Killswitch(killswitch_cmd::KillswitchArgs),
+    /// Namespaces: list what each holds, delete one no longer wanted.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Namespace(namespace_cmd::NamespaceArgs),
     /// Tool manifests and latency: import, latency, disclosure.
     #[command(after_help = EXIT_CODES_HELP)]
     Tools(tools_cmd::ToolsArgs),
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
             Command::Ledger(args) => ledger_cmd::run(args).await,
             Command::Policy(args) => policy_cmd::run(args).await,
             Command::Killswitch(args) => killswitch_cmd::run(args).await,
+            Command::Namespace(args) => namespace_cmd::run(args).await,
             Command::Tools(args) => tools_cmd::run(args).await,
             Command::Certs(args) => certs_cmd::run(args).await,
             Command::Auth(args) => auth_cmd::run(args).await,

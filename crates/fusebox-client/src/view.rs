@@ -383,6 +383,9 @@ impl LocalView {
                     remove(&mut data, &key);
                 }
             }
+            // Version 0: the namespace's policies were deleted with it; the
+            // built-in defaults apply.
+            Event::Policy(version) if version.version == 0 => self.set_policy(None),
             Event::Policy(version) => self.set_policy(Some(&version)),
             Event::KillSwitch(k) => data.kill_switch = kill_from_proto(&k),
             Event::Disclosure(d) => {

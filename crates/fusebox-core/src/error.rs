@@ -63,6 +63,16 @@ pub enum CoreError {
     /// A snapshot could not be encoded or decoded.
     #[error("snapshot: {0}")]
     Snapshot(String),
+    /// The thing cannot go while something still depends on it.
+    #[error("{what} {name} is in use: {reason}")]
+    InUse {
+        /// What was to change ("namespace").
+        what: Cow<'static, str>,
+        /// Its name.
+        name: String,
+        /// What still holds it, and what to do first.
+        reason: String,
+    },
 }
 
 impl CoreError {

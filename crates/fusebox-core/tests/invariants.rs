@@ -295,6 +295,9 @@ enum Op {
         ns: usize,
         blocked: bool,
     },
+    DeleteNamespace {
+        ns: usize,
+    },
     Tick,
 }
 
@@ -477,6 +480,7 @@ fn admin_op(documents: usize) -> impl Strategy<Value = Op> {
             .prop_map(|(ns, document)| Op::ApplyPolicy { ns, document }),
         1 => (skewed(2), 0u64..5).prop_map(|(ns, version)| Op::Rollback { ns, version }),
         1 => (skewed(2), any::<bool>()).prop_map(|(ns, blocked)| Op::KillSwitch { ns, blocked }),
+        1 => skewed(2).prop_map(|ns| Op::DeleteNamespace { ns }),
         3 => Just(Op::Tick),
     ]
 }
@@ -588,11 +592,17 @@ fn check_probe_bound(counts: &[ProbeCount]) -> Result<(), String> {
 fn check_generations(
     before: &BTreeMap<BreakerKey, u64>,
     after: &BTreeMap<BreakerKey, u64>,
+    events: &[WatchEvent],
 ) -> Result<(), String> {
     for (key, old) in before {
+        let removed = events
+            .iter()
+            .any(|e| matches!(e, WatchEvent::BreakerRemoved { key: k, .. } if k == key));
         match after.get(key) {
-            Some(new) if new >= old => {}
+            Some(new) if new >= old && !removed => {}
             Some(new) => return Err(format!("{key}: generation went from {old} to {new}")),
+            // A breaker leaves only with its namespace, and watchers are told.
+            None if removed => {}
             None => return Err(format!("{key}: breaker at generation {old} disappeared")),
         }
     }
@@ -618,6 +628,10 @@ fn check_watch_events(state: &mut WatchState, events: &[WatchEvent]) -> Result<(
             ));
         }
         state.revision = revision;
+        if let WatchEvent::BreakerRemoved { key, .. } = event {
+            // Made again later, it starts over from generation 0.
+            state.announced.remove(key);
+        }
         if let WatchEvent::Breaker { view, .. } = event {
             let last = state.announced.insert(view.key.clone(), view.generation);
             if last.is_some_and(|g| g >= view.generation) {
@@ -1006,6 +1020,7 @@ struct Stats {
     rejected: usize,
     restores: usize,
     clock_jumps: usize,
+    deleted_namespaces: usize,
 }
 
 impl Stats {
@@ -1020,6 +1035,7 @@ impl Stats {
         self.rejected += o.rejected;
         self.restores += o.restores;
         self.clock_jumps += o.clock_jumps;
+        self.deleted_namespaces += o.deleted_namespaces;
     }
 }
 
@@ -1251,6 +1267,11 @@ impl<'a> Run<'a> {
                 actor: "alice".into(),
                 reason: "exercise".into(),
             },
+            Op::DeleteNamespace { ns: n } => Command::DeleteNamespace {
+                namespace: ns(*n),
+                actor: "alice".into(),
+                reason: "exercise".into(),
+            },
             _ => Command::Tick,
         }
     }
@@ -1271,6 +1292,9 @@ impl<'a> Run<'a> {
         check_clock(before.now(), last_stamp, at, self.sm.now())?;
         if self.sm.clock().clamps() > before.clock().clamps() {
             self.stats.clock_jumps += 1;
+        }
+        if matches!(applied.answer, Answer::NamespaceDeleted(_)) {
+            self.stats.deleted_namespaces += 1;
         }
         if matches!(applied.answer, Answer::Rejected(_)) {
             self.stats.rejected += 1;
@@ -1311,7 +1335,8 @@ impl<'a> Run<'a> {
             }
         }
         check_probe_bound(&counts)?;
-        check_generations(&self.generations, &generations)?;
+        check_generations(&self.generations, &generations, &applied.events)?;
+        self.live.retain(|key, _| generations.contains_key(key));
         check_watch_events(&mut self.watch, &applied.events)?;
         check_changes_announced(&self.generations, &generations, &applied.events)?;
         if self.watch.revision != self.sm.revision() {
@@ -1560,6 +1585,7 @@ fn the_generator_reaches_the_interesting_states() {
     assert!(total.rejected > 0, "{total:?}");
     assert!(total.restores > 0, "{total:?}");
     assert!(total.clock_jumps > 0, "{total:?}");
+    assert!(total.deleted_namespaces > 0, "{total:?}");
 }
 
 // ---------------------------------------------------------------------------
@@ -1667,11 +1693,20 @@ fn checker_catches_a_resent_batch_counted_twice() {
 fn checker_catches_a_generation_going_back() {
     let before = BTreeMap::from([(probe_key(), 3)]);
     let grown = BTreeMap::from([(probe_key(), 4)]);
-    assert_eq!(check_generations(&before, &grown), Ok(()));
+    assert_eq!(check_generations(&before, &grown, &[]), Ok(()));
     let shrunk = BTreeMap::from([(probe_key(), 2)]);
-    let err = check_generations(&before, &shrunk).unwrap_err();
+    let err = check_generations(&before, &shrunk, &[]).unwrap_err();
     assert!(err.contains("from 3 to 2"), "{err}");
-    assert!(check_generations(&before, &BTreeMap::new()).is_err());
+    assert!(check_generations(&before, &BTreeMap::new(), &[]).is_err());
+    // Gone with its namespace, and announced: allowed.
+    let removed = [WatchEvent::BreakerRemoved {
+        revision: 9,
+        key: probe_key(),
+    }];
+    assert_eq!(
+        check_generations(&before, &BTreeMap::new(), &removed),
+        Ok(())
+    );
 }
 
 #[test]

@@ -54,6 +54,7 @@ impl fmt::Display for Request {
             Command::Tick => "tick",
             Command::ImportTools { .. } => "import_tools",
             Command::Auth { .. } => "auth",
+            Command::DeleteNamespace { .. } => "delete_namespace",
         };
         write!(f, "{kind} at {}", self.at_ms)
     }

@@ -66,6 +66,19 @@ pub enum Answer {
         /// [`crate::auth::AuthTable::version`] now.
         version: u64,
     },
+    /// To `DeleteNamespace`: what went with it.
+    NamespaceDeleted(NamespaceDeleted),
+}
+
+/// What deleting a namespace removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceDeleted {
+    /// Closed breakers.
+    pub breakers: u32,
+    /// Imported tools.
+    pub tools: u32,
+    /// Stored policy versions.
+    pub policy_versions: u32,
 }
 
 /// The result of applying one command.

@@ -194,6 +194,19 @@ pub enum Command {
         /// Who made it (the authenticated caller).
         actor: String,
     },
+    /// Delete a namespace with no live state: its policy versions, its
+    /// closed breakers and its imported tools go, and its place under
+    /// [`crate::limits::NAMESPACES_MAX`] is freed. Refused while it holds
+    /// ledger records, a breaker that is not closed (or has a probe out),
+    /// or a thrown kill switch.
+    DeleteNamespace {
+        /// The namespace.
+        namespace: Namespace,
+        /// Who.
+        actor: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One replica's outcome report, as a [`Command::ReportBatch`] carries it.
@@ -250,7 +263,8 @@ impl Command {
                 }
             }
             Command::RollbackPolicy { actor, reason, .. }
-            | Command::SetKillSwitch { actor, reason, .. } => check_change(actor, reason),
+            | Command::SetKillSwitch { actor, reason, .. }
+            | Command::DeleteNamespace { actor, reason, .. } => check_change(actor, reason),
             Command::Tick => Ok(()),
             Command::ImportTools { tools, actor, .. } => check_import(tools, actor),
             Command::Auth { change, actor } => {

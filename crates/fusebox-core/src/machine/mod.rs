@@ -23,6 +23,7 @@ mod command;
 mod fleet;
 mod ledger;
 mod namespace;
+mod namespace_delete;
 mod outcomes;
 mod policy;
 mod report_marks;
@@ -34,7 +35,7 @@ mod watch_event;
 #[cfg(test)]
 mod tests;
 
-pub use answer::{Answer, Applied, ReportSummary};
+pub use answer::{Answer, Applied, NamespaceDeleted, ReportSummary};
 pub use clock::StateClock;
 pub use command::{Command, OperatorAction, OutcomeReport, Report};
 pub use fleet::Fleet;

@@ -241,6 +241,7 @@ impl<L: LedgerStore> StateMachine<L> {
                     version: self.fleet.auth.version(),
                 })
             }
+            Command::DeleteNamespace { namespace, .. } => self.delete_namespace(namespace, events),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What a command changed, as watch streams carry it.
 
-use crate::breaker::BreakerView;
+use crate::breaker::{BreakerKey, BreakerView};
 use crate::name::{Namespace, ServerName, ToolName};
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +45,15 @@ pub enum WatchEvent {
         /// The tool.
         tool: ToolName,
     },
+    /// A breaker is no longer tracked (its namespace was deleted): watchers
+    /// drop it and treat the key as closed, so a breaker made again later
+    /// under the same key starts from generation 0 without looking stale.
+    BreakerRemoved {
+        /// The revision of this change.
+        revision: u64,
+        /// The breaker dropped.
+        key: BreakerKey,
+    },
 }
 
 impl WatchEvent {
@@ -54,7 +63,8 @@ impl WatchEvent {
             WatchEvent::Breaker { revision, .. }
             | WatchEvent::Policy { revision, .. }
             | WatchEvent::KillSwitch { revision, .. }
-            | WatchEvent::Tool { revision, .. } => *revision,
+            | WatchEvent::Tool { revision, .. }
+            | WatchEvent::BreakerRemoved { revision, .. } => *revision,
         }
     }
 
@@ -62,6 +72,7 @@ impl WatchEvent {
     pub fn namespace(&self) -> &Namespace {
         match self {
             WatchEvent::Breaker { view, .. } => &view.key.namespace,
+            WatchEvent::BreakerRemoved { key, .. } => &key.namespace,
             WatchEvent::Policy { namespace, .. }
             | WatchEvent::KillSwitch { namespace, .. }
             | WatchEvent::Tool { namespace, .. } => namespace,

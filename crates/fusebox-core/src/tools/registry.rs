@@ -40,6 +40,17 @@ impl ToolRegistry {
         self.tools.iter().filter(move |(id, _)| &id.namespace == ns)
     }
 
+    /// Forgets a namespace's tools and their observed latency; returns the
+    /// imported tools that went, in order.
+    pub(crate) fn remove_namespace(&mut self, ns: &Namespace) -> Vec<ToolId> {
+        let gone: Vec<ToolId> = self.tools_in(ns).map(|(id, _)| id.clone()).collect();
+        for id in &gone {
+            self.tools.remove(id);
+        }
+        self.observed.retain(|id, _| &id.namespace != ns);
+        gone
+    }
+
     /// One imported tool.
     pub fn tool(&self, id: &ToolId) -> Option<&ToolRecord> {
         self.tools.get(id)

@@ -12,9 +12,11 @@ use super::convert::policy::{
 use super::convert::{actor, bounded, cut_to_page_bytes, meta, number_token, page_limit, required};
 use super::gateway::{unexpected, Gateway, Served};
 use super::status;
+use crate::auth::Caller;
 use crate::backend::Backend;
 use crate::limits::POLICY_PARSE_TIMEOUT_MS;
-use fusebox_core::limits::REASON_BYTES_MAX;
+use fusebox_core::breaker::BreakerState;
+use fusebox_core::limits::{NAMESPACES_MAX, REASON_BYTES_MAX};
 use fusebox_core::machine::{Answer, Applied, Command, SharedStateMachine};
 use fusebox_core::policy::{PolicyDocument, PolicyFormat};
 use fusebox_core::Namespace;
@@ -297,6 +299,78 @@ impl<B: Backend> Policy for PolicyService<B> {
         Ok(Response::new(pb::GetKillSwitchResponse {
             kill_switch: Some(switch),
         }))
+    }
+
+    async fn list_namespaces(
+        &self,
+        request: Request<pb::ListNamespacesRequest>,
+    ) -> Result<Response<pb::ListNamespacesResponse>, Status> {
+        let caller = self.gateway.caller(&request)?;
+        meta(request.get_ref().meta.as_ref())?;
+        let response = self
+            .gateway
+            .read_local(move |s| namespaces_summary(s, &caller))
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    async fn delete_namespace(
+        &self,
+        request: Request<pb::DeleteNamespaceRequest>,
+    ) -> Result<Response<pb::DeleteNamespaceResponse>, Status> {
+        let req = request.get_ref();
+        let (caller, ns) = self.gateway.admit(&request, &req.namespace)?;
+        meta(req.meta.as_ref())?;
+        let who = actor(&caller, &req.actor, req.meta.as_ref())?;
+        bounded("reason", &req.reason, REASON_BYTES_MAX)?;
+        tracing::warn!(namespace = %ns, actor = %who, reason = %req.reason, "namespace delete asked");
+        let command = Command::DeleteNamespace {
+            namespace: ns,
+            actor: who,
+            reason: req.reason.clone(),
+        };
+        let applied = here_or_forward!(
+            self,
+            request,
+            self.gateway.write(command).await?,
+            PolicyClient::delete_namespace
+        );
+        let Answer::NamespaceDeleted(gone) = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        Ok(Response::new(pb::DeleteNamespaceResponse {
+            breakers: u64::from(gone.breakers),
+            tools: u64::from(gone.tools),
+            policy_versions: u64::from(gone.policy_versions),
+        }))
+    }
+}
+
+/// The namespaces `caller` holds, each with what it holds.
+fn namespaces_summary(s: &SharedStateMachine, caller: &Caller) -> pb::ListNamespacesResponse {
+    let namespaces = s
+        .namespaces()
+        .filter(|(ns, _)| caller.namespaces.allows(ns))
+        .map(|(ns, n)| {
+            let (breakers, not_closed) =
+                s.breakers_in(ns).fold((0u64, 0u64), |(all, open), (_, b)| {
+                    (all + 1, open + u64::from(b.state() != BreakerState::Closed))
+                });
+            pb::NamespaceSummary {
+                namespace: ns.to_string(),
+                ledger_records: s.ledger().len(ns) as u64,
+                breakers,
+                breakers_not_closed: not_closed,
+                tools: s.tools().tools_in(ns).count() as u64,
+                policy_version: n.policy_version(),
+                writes_blocked: n.writes_blocked(),
+            }
+        })
+        .collect();
+    pb::ListNamespacesResponse {
+        namespaces,
+        cluster_namespaces: s.namespaces().count() as u64,
+        cluster_namespaces_max: NAMESPACES_MAX as u64,
     }
 }
 

@@ -233,6 +233,7 @@ pub fn from_core(error: &CoreError) -> Status {
             format!("state snapshot failed: {reason}"),
             None,
         ),
+        CoreError::InUse { .. } => invalid_state("in_use", &["unused"], error.to_string()),
     }
 }
 

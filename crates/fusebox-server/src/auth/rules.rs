@@ -67,6 +67,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("/fusebox.v1.Policy/Apply", ns(Role::Operator)),
     ("/fusebox.v1.Policy/Rollback", ns(Role::Operator)),
     ("/fusebox.v1.Policy/SetKillSwitch", ns(Role::Operator)),
+    // Listed per grant by the handler; deleting frees a cluster-wide place.
+    ("/fusebox.v1.Policy/ListNamespaces", cluster(Role::Reader)),
+    ("/fusebox.v1.Policy/DeleteNamespace", ns(Role::Admin)),
     // Tools.
     ("/fusebox.v1.Tools/List", ns(Role::Reader)),
     ("/fusebox.v1.Tools/Get", ns(Role::Reader)),

@@ -8,7 +8,7 @@
 //! generation, open-until, version number, writes blocked) always come from
 //! the event itself.
 
-use super::breakers::view_to_proto;
+use super::breakers::{key_to_proto, view_to_proto};
 use super::policy::{kill_switch_to_proto, version_to_proto};
 use super::tools::{disclosures_in, tool_disclosure};
 use crate::limits::WATCH_CHUNK_BYTES_MAX;
@@ -38,6 +38,9 @@ pub fn events_to_proto(
 fn event_to_proto(state: &SharedStateMachine, event: &WatchEvent) -> Event {
     match event {
         WatchEvent::Breaker { view, .. } => Event::Breaker(view_to_proto(state, view)),
+        WatchEvent::BreakerRemoved { key, .. } => Event::BreakerRemoved(pb::BreakerRemoved {
+            key: Some(key_to_proto(key)),
+        }),
         WatchEvent::Policy {
             namespace, version, ..
         } => Event::Policy(policy_version(state, namespace, *version)),
