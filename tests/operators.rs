@@ -295,6 +295,9 @@ async fn policy_versions_forced_breakers_and_shadow_mode_from_the_cli() {
     println!("phase: shadow mode counts what it would reject and rejects nothing");
     shadow_counts_and_rejects_nothing(&op, cluster.channel(1).await).await;
 
+    println!("phase: a timed disable and a timed shadow end by themselves");
+    timed_holds_end_by_themselves(&op).await;
+
     println!("phase: unknown tools and malformed names are refused clearly");
     unknown_tools_and_bad_names(&op).await;
 }
@@ -506,6 +509,64 @@ async fn shadow_counts_and_rejects_nothing(op: &Operator, channel: Channel) {
     let enforced_answer = probe(channel, AGENTS, "geocoder", "geocode").await;
     let rejected = matches!(enforced_answer, Probe::Denied(_));
     assert!(rejected, "open breaker admitted: {enforced_answer:?}");
+}
+
+/// Polls `breakers show KEY` until `state` is `wanted`.
+async fn wait_state(op: &Operator, key: &str, wanted: &str) -> Value {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let shown = op.json(&["breakers", "show", key]).await;
+        if shown["state"] == wanted {
+            return shown;
+        }
+        assert!(Instant::now() < deadline, "never {wanted}: {shown}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn timed_holds_end_by_themselves(op: &Operator) {
+    // Disabled for 2 s: it says who and until when, then returns to its
+    // own evidence (closed) by itself.
+    let disable = [
+        "breakers",
+        "disable",
+        RESTART,
+        "--reason",
+        "vendor window",
+        "--for",
+        "2s",
+    ];
+    let out = op.ok(&disable).await;
+    assert!(out.contains("disabled") && out.contains("for 2s"), "{out}");
+    let shown = op.json(&["breakers", "show", RESTART]).await;
+    assert_eq!(shown["state"], "disabled", "{shown}");
+    assert_eq!(shown["operator"]["actor"], ACTOR, "{shown}");
+    assert!(shown["operator"]["expires_at_ms"].is_u64(), "{shown}");
+    wait_state(op, RESTART, "closed").await;
+    let history = op.json(&["breakers", "history", RESTART]).await;
+    let newest = &history["transitions"][0];
+    assert_eq!(newest["cause"], "operator_expired", "{history}");
+
+    // The tool tripped under shadow by the policy: an operator's shadow over
+    // it shows the machine's own verdict, and ends with it enforced.
+    let shadow = [
+        "breakers",
+        "shadow",
+        "agents/geocoder/geocode",
+        "--reason",
+        "try",
+        "--for",
+        "1s",
+    ];
+    op.ok(&shadow).await;
+    let shown = op
+        .json(&["breakers", "show", "agents/geocoder/geocode"])
+        .await;
+    assert_eq!(shown["state"], "metrics_only", "{shown}");
+    assert_eq!(shown["automatic_state"], "open", "{shown}");
+    assert_eq!(shown["shadow"], true, "{shown}");
+    let after = wait_state(op, "agents/geocoder/geocode", "open").await;
+    assert_eq!(after["shadow"], false, "{after}");
 }
 
 async fn unknown_tools_and_bad_names(op: &Operator) {

@@ -28,10 +28,11 @@ pub enum Change {
     Close,
     /// Back to closed with empty counts from any state.
     Reset,
-    /// Always allow, never trip.
-    Disable,
-    /// Metrics only: decide and count, never reject.
-    Shadow,
+    /// Always allow, never trip, for a duration or until reset.
+    Disable(Option<u64>),
+    /// Metrics only: decide and count, never reject, for a duration or
+    /// until reset.
+    Shadow(Option<u64>),
 }
 
 /// Refuses to close a breaker that is not open, and says what to do.
@@ -62,7 +63,7 @@ pub async fn apply(
     let actor = s.actor()?;
     if !allow_unknown {
         let hint = match change {
-            Change::ForceOpen(_) | Change::Disable | Change::Shadow => {
+            Change::ForceOpen(_) | Change::Disable(_) | Change::Shadow(_) => {
                 ", or pass --allow-unknown to act on it anyway"
             }
             Change::Close | Change::Reset => "",
@@ -143,7 +144,7 @@ async fn send(
             };
             rpc("breakers reset", client.reset(request)).await?
         }
-        Change::Disable => {
+        Change::Disable(duration_ms) => {
             let request = pb::DisableBreakerRequest {
                 namespace,
                 meta,
@@ -151,10 +152,11 @@ async fn send(
                 actor,
                 reason,
                 expected_generation,
+                duration_ms,
             };
             rpc("breakers disable", client.disable(request)).await?
         }
-        Change::Shadow => {
+        Change::Shadow(duration_ms) => {
             let request = pb::SetMetricsOnlyRequest {
                 namespace,
                 meta,
@@ -162,11 +164,27 @@ async fn send(
                 actor,
                 reason,
                 expected_generation,
+                duration_ms,
             };
             rpc("breakers shadow", client.set_metrics_only(request)).await?
         }
     };
     Ok(reply)
+}
+
+/// How long an operator's hold lasts, as a confirmation says it.
+fn held_until(view: &pb::BreakerView, ms: Option<u64>) -> String {
+    match ms {
+        None => " until `breakers reset`".to_owned(),
+        Some(ms) => {
+            let until = view
+                .operator
+                .as_ref()
+                .and_then(|o| o.expires_at_ms)
+                .map_or_else(|| span(ms), |at| instant_from(at, now_ms()));
+            format!(" for {}, until {until}", span(ms))
+        }
+    }
 }
 
 fn confirmation(
@@ -188,8 +206,14 @@ fn confirmation(
         Change::ForceOpen(None) => "forced open until `breakers close`".to_owned(),
         Change::Close => "closed".to_owned(),
         Change::Reset => "reset to closed with empty counts".to_owned(),
-        Change::Disable => "disabled (always allows, never trips)".to_owned(),
-        Change::Shadow => "in shadow (decides and counts, never rejects)".to_owned(),
+        Change::Disable(ms) => format!(
+            "disabled (always allows, never trips){}",
+            held_until(view, ms)
+        ),
+        Change::Shadow(ms) => format!(
+            "in shadow (decides and counts, never rejects){}",
+            held_until(view, ms)
+        ),
     };
     format!(
         "breaker {key} {what}; now {} at generation {}, by {actor}: {reason}",

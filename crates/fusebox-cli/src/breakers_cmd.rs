@@ -99,7 +99,8 @@ enum BreakersCommand {
         #[arg(long)]
         reason: String,
     },
-    /// Switch a breaker off: always allow, never trip (until reset).
+    /// Switch a breaker off: always allow, never trip (until reset, or for
+    /// `--for`).
     Disable {
         /// `NS/SERVER[/TOOL[/BACKEND]]`.
         #[arg(value_parser = parse_key)]
@@ -107,13 +108,17 @@ enum BreakersCommand {
         /// Why, kept in the audit.
         #[arg(long)]
         reason: String,
+        /// Return to its own evidence by itself after this long (`90s`,
+        /// `10m`, `2h`); without it, until `breakers reset`.
+        #[arg(long = "for", value_parser = parse_duration)]
+        for_ms: Option<u64>,
         /// Act even if the breaker is unknown to the cluster and the policy.
         #[arg(long)]
         allow_unknown: bool,
     },
     /// Put one breaker in shadow (metrics only: decide and count, never
-    /// reject) until reset. For whole tools or namespaces, set `shadow` in
-    /// the policy instead.
+    /// reject) until reset, or for `--for`. For whole tools or namespaces,
+    /// set `shadow` in the policy instead.
     Shadow {
         /// `NS/SERVER[/TOOL[/BACKEND]]`.
         #[arg(value_parser = parse_key)]
@@ -121,6 +126,10 @@ enum BreakersCommand {
         /// Why, kept in the audit.
         #[arg(long)]
         reason: String,
+        /// Enforce its verdict again by itself after this long (`90s`,
+        /// `10m`, `2h`); without it, until `breakers reset`.
+        #[arg(long = "for", value_parser = parse_duration)]
+        for_ms: Option<u64>,
         /// Act even if the breaker is unknown to the cluster and the policy.
         #[arg(long)]
         allow_unknown: bool,
@@ -192,13 +201,15 @@ pub async fn run(args: BreakersArgs) -> anyhow::Result<()> {
         BreakersCommand::Disable {
             key,
             reason,
+            for_ms,
             allow_unknown,
-        } => apply(&s, &key, Change::Disable, reason, allow_unknown).await,
+        } => apply(&s, &key, Change::Disable(for_ms), reason, allow_unknown).await,
         BreakersCommand::Shadow {
             key,
             reason,
+            for_ms,
             allow_unknown,
-        } => apply(&s, &key, Change::Shadow, reason, allow_unknown).await,
+        } => apply(&s, &key, Change::Shadow(for_ms), reason, allow_unknown).await,
         BreakersCommand::History { key, limit } => history(&s, &key, limit).await,
     }
 }

@@ -35,6 +35,7 @@ pub fn cause_name(cause: i32) -> &'static str {
         Ok(pb::TransitionCause::ProbeFailed) => "probe_failed",
         Ok(pb::TransitionCause::Operator) => "operator",
         Ok(pb::TransitionCause::ForceExpired) => "force_expired",
+        Ok(pb::TransitionCause::OperatorExpired) => "operator_expired",
         Ok(pb::TransitionCause::PolicyChanged) => "policy_changed",
         _ => "unknown",
     }
@@ -62,11 +63,16 @@ pub fn view_json(v: &pb::BreakerView) -> Value {
         json!({"reason": f.reason, "actor": f.actor, "since_ms": f.since_ms,
                "expires_at_ms": f.expires_at_ms})
     });
+    let held = v.operator.as_ref().map(|o| {
+        json!({"reason": o.reason, "actor": o.actor, "since_ms": o.since_ms,
+               "expires_at_ms": o.expires_at_ms})
+    });
     json!({
         "key": key_text(&key), "namespace": key.namespace, "server": key.server,
         "tool": key.tool, "backend": key.backend,
-        "state": state_name(v.state), "shadow": v.shadow, "generation": v.generation,
-        "open_until_ms": v.open_until_ms, "forced": forced,
+        "state": state_name(v.state), "automatic_state": state_name(v.automatic_state),
+        "shadow": v.shadow, "generation": v.generation,
+        "open_until_ms": v.open_until_ms, "forced": forced, "operator": held,
         "probes": {"live": v.live_probes, "max": v.concurrent_probes,
                    "successes": v.probe_successes, "successes_needed": v.probe_successes_needed},
         "window": {"window_ms": window.window_ms, "calls": window.calls,
@@ -170,6 +176,22 @@ pub fn view_fields(v: &pb::BreakerView, now: u64) -> Vec<(&'static str, String)>
         fields.push((
             "forced by",
             format!("{} since {since}: {}", f.actor, f.reason),
+        ));
+    }
+    if let Some(o) = &v.operator {
+        let since = instant_from(o.since_ms, now);
+        let until = o.expires_at_ms.map_or_else(
+            || "until reset".to_owned(),
+            |at| format!("until {}", instant_from(at, now)),
+        );
+        fields.push((
+            "held by",
+            format!(
+                "{} since {since}, {until}: {}; its own evidence says {}",
+                o.actor,
+                o.reason,
+                state_name(v.automatic_state)
+            ),
         ));
     }
     if v.shadow || v.shadow_would_reject > 0 {

@@ -192,8 +192,14 @@ impl Client {
     /// penalized nor refused by their breaker; if every one is penalized,
     /// the fastest one not refused; `None` when every breaker refuses.
     /// Decided from the local view, with no network call.
+    ///
+    /// The first tool is the one asked for. While its breaker refuses, an
+    /// open circuit is not bypassed: another tool is picked only if the
+    /// policy puts both in one failover group (`[[failover]]`, declared
+    /// for tools that are truly independent, such as another provider);
+    /// otherwise `None`.
     pub fn route<'a>(&self, equivalents: &'a [ToolRef]) -> Option<&'a ToolRef> {
-        let candidates: Vec<RouteCandidate> = equivalents
+        let mut candidates: Vec<RouteCandidate> = equivalents
             .iter()
             .map(|tool| {
                 let latency = self.inner.view.latency(tool);
@@ -204,6 +210,14 @@ impl Client {
                 }
             })
             .collect();
+        let primary = equivalents.first()?;
+        if candidates.first().is_some_and(|c| c.refused) {
+            for (tool, c) in equivalents.iter().zip(candidates.iter_mut()).skip(1) {
+                if !self.inner.view.may_fail_over(primary, tool) {
+                    c.refused = true;
+                }
+            }
+        }
         choose_route(&candidates).map(|i| &equivalents[i])
     }
 

@@ -61,12 +61,18 @@ pub(crate) fn view_from_proto(
 ) -> Option<BreakerView> {
     let key = key_from_proto(namespace, view.key.as_ref()?)?;
     let state = state_from_proto(view.state)?;
-    let auto_state = match state {
-        BreakerState::Open | BreakerState::HalfOpen => state,
-        _ => BreakerState::Closed,
+    // The automatic machine's state, when the node sends it (under
+    // METRICS_ONLY the would-reject count follows it); else what `state`
+    // implies.
+    let auto_state = match state_from_proto(view.automatic_state) {
+        Some(s @ (BreakerState::Open | BreakerState::HalfOpen | BreakerState::Closed)) => s,
+        _ => match state {
+            BreakerState::Open | BreakerState::HalfOpen => state,
+            _ => BreakerState::Closed,
+        },
     };
     let open_until = match state {
-        BreakerState::Open => view.open_until_ms.map(Timestamp::from_millis),
+        _ if auto_state == BreakerState::Open => view.open_until_ms.map(Timestamp::from_millis),
         BreakerState::ForcedOpen => view
             .forced
             .as_ref()
@@ -81,8 +87,22 @@ pub(crate) fn view_from_proto(
         generation: view.generation,
         open_until,
         shadow: view.shadow || state == BreakerState::MetricsOnly,
-        reason: view.forced.as_ref().map(|f| f.reason.clone()),
-        actor: view.forced.as_ref().map(|f| f.actor.clone()),
+        reason: view
+            .forced
+            .as_ref()
+            .map(|f| f.reason.clone())
+            .or_else(|| view.operator.as_ref().map(|o| o.reason.clone())),
+        actor: view
+            .forced
+            .as_ref()
+            .map(|f| f.actor.clone())
+            .or_else(|| view.operator.as_ref().map(|o| o.actor.clone())),
+        operator_until: view
+            .forced
+            .as_ref()
+            .and_then(|f| f.expires_at_ms)
+            .or_else(|| view.operator.as_ref().and_then(|o| o.expires_at_ms))
+            .map(Timestamp::from_millis),
         live_probes: view.live_probes,
         would_reject: view.shadow_would_reject,
     })
@@ -210,6 +230,28 @@ mod tests {
             admit(&server, &tool, Timestamp(10_000)),
             Admission::Probe { .. }
         ));
+    }
+
+    #[test]
+    fn an_operator_shadow_over_an_open_breaker_counts_what_it_would_reject() {
+        let mut view = wire(pb::BreakerState::MetricsOnly, Some(10_000));
+        view.automatic_state = pb::BreakerState::Open as i32;
+        view.shadow = true;
+        let Some(tool) = view_from_proto(&ns(), &view) else {
+            panic!("view did not convert")
+        };
+        let server = BreakerView::closed(tool.key.server_key());
+        assert_eq!(
+            admit(&server, &tool, Timestamp(5_000)),
+            Admission::Allow { would_reject: true }
+        );
+        // Its open period over, the machine would probe: nothing to count.
+        assert_eq!(
+            admit(&server, &tool, Timestamp(10_000)),
+            Admission::Allow {
+                would_reject: false
+            }
+        );
     }
 
     #[test]

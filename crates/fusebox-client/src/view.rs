@@ -316,6 +316,15 @@ impl LocalView {
         resolved
     }
 
+    /// Whether the policy lets `other` stand in for `primary` while a
+    /// breaker refuses `primary`: both in one failover group.
+    pub(crate) fn may_fail_over(&self, primary: &ToolRef, other: &ToolRef) -> bool {
+        read(&self.policies)
+            .document
+            .failover_group(&primary.server, &primary.tool)
+            .is_some_and(|g| g.contains(&other.server, &other.tool))
+    }
+
     /// The effective policy of a server's own breaker.
     pub(crate) fn server_breaker_policy(&self, tool: &ToolRef) -> BreakerPolicy {
         read(&self.policies).document.server_breaker(&tool.server)

@@ -333,3 +333,54 @@ async fn hinted_effects_apply_where_the_policy_is_silent() {
     client.close().await;
     cluster.shutdown().await;
 }
+
+/// The runbook: while a circuit is open, the agent must not bypass it
+/// through an equivalent tool, unless the policy declares the two
+/// independent (a failover group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_open_circuit_is_bypassed_only_through_a_declared_failover_group() {
+    let cluster = TestCluster::start(1).await;
+    let client = connected(cluster.config("replica-a", &[0])).await;
+    let primary = ToolRef::new(SERVER, "search_primary").unwrap();
+    let other = ToolRef::new("other-vendor", "search").unwrap();
+    let equivalents = [primary.clone(), other.clone()];
+    wait_route(
+        "the first tool while it is admitted",
+        &client,
+        &equivalents,
+        &primary,
+    )
+    .await;
+
+    cluster
+        .operator(0)
+        .force_open(SERVER, "search_primary", "vendor incident")
+        .await;
+    wait_for(
+        "the refusal reaches the replica",
+        Duration::from_secs(20),
+        || {
+            let refused = client.route(std::slice::from_ref(&primary)).is_none();
+            async move { refused.then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        client.route(&equivalents),
+        None,
+        "no failover group: the open circuit is not bypassed"
+    );
+    // Order matters: the refused tool is the one asked for.
+    let reversed = [other.clone(), primary.clone()];
+    assert_eq!(client.route(&reversed), Some(&other));
+
+    cluster
+        .operator(0)
+        .apply_policy(&format!(
+            "[[failover]]\ntools = [\"{SERVER}/search_primary\", \"other-vendor/search\"]\n\
+             why = \"two vendors on separate infrastructure\"\n"
+        ))
+        .await;
+    wait_route("failover once declared", &client, &equivalents, &other).await;
+    cluster.shutdown().await;
+}

@@ -320,7 +320,7 @@ fn forced_open_rejects_until_it_expires_then_closes() {
 fn disabled_never_trips_and_reset_returns_to_closed() {
     let p = BreakerPolicy::default();
     let mut b = Breaker::new();
-    b.disable(Timestamp(0), "bob", "known flaky, accepted");
+    b.disable(Timestamp(0), "bob", "known flaky, accepted", None);
     for at in 1..20 {
         fail(&mut b, &p, at, 1);
     }
@@ -331,10 +331,59 @@ fn disabled_never_trips_and_reset_returns_to_closed() {
 }
 
 #[test]
+fn a_timed_disable_returns_to_fresh_evidence_when_it_expires() {
+    let p = BreakerPolicy::default();
+    let mut b = Breaker::new();
+    b.disable(
+        Timestamp(0),
+        "bob",
+        "vendor window",
+        Some(Timestamp(60_000)),
+    );
+    assert_eq!(b.next_deadline(), Some(Timestamp(60_000)));
+    assert_eq!(b.operator_until(), Some(Timestamp(60_000)));
+    for at in 1..20 {
+        fail(&mut b, &p, at, 1);
+    }
+    b.advance(Timestamp(59_999));
+    assert_eq!(b.state(), BreakerState::Disabled);
+    b.advance(Timestamp(60_000));
+    assert_eq!(b.state(), BreakerState::Closed);
+    assert_eq!(b.consecutive_failures(), 0, "fresh evidence");
+    let causes: Vec<Cause> = b.audit().map(|e| e.cause.clone()).collect();
+    assert_eq!(causes, vec![Cause::Disabled, Cause::OperatorExpired]);
+    assert_eq!(b.next_deadline(), None);
+}
+
+#[test]
+fn a_timed_shadow_enforces_its_own_verdict_when_it_expires() {
+    let p = BreakerPolicy::default();
+    let mut b = Breaker::new();
+    b.metrics_only(Timestamp(0), "carol", "try it", Some(Timestamp(1_000)));
+    for at in 1..5 {
+        fail(&mut b, &p, at, 1);
+    }
+    assert_eq!(b.state(), BreakerState::MetricsOnly);
+    assert_eq!(b.phase().state(), BreakerState::Open);
+    b.advance(Timestamp(1_000));
+    assert_eq!(b.state(), BreakerState::Open, "the shadow's verdict stands");
+    let key = BreakerKey::parse("ns/srv/tool").unwrap();
+    let view = BreakerView::of(&key, &b, &p);
+    assert!(matches!(
+        admit(
+            &BreakerView::closed(key.server_key()),
+            &view,
+            Timestamp(1_001)
+        ),
+        Admission::Reject { .. }
+    ));
+}
+
+#[test]
 fn metrics_only_decides_and_counts_but_never_rejects() {
     let p = BreakerPolicy::default();
     let mut b = Breaker::new();
-    b.metrics_only(Timestamp(0), "carol", "shadow rollout");
+    b.metrics_only(Timestamp(0), "carol", "shadow rollout", None);
     for at in 1..5 {
         fail(&mut b, &p, at, 1);
     }

@@ -387,13 +387,14 @@ fn permit_ref() -> impl Strategy<Value = PermitRef> {
 
 fn action() -> impl Strategy<Value = OperatorAction> {
     // `for_ms = 0` is refused: it exercises invariant 7.
-    let for_ms = prop_oneof![1 => Just(0u64), 5 => 1u64..60_000];
+    let for_ms = || prop_oneof![1 => Just(0u64), 5 => 1u64..60_000];
+    let maybe = || prop_oneof![1 => Just(None), 1 => for_ms().prop_map(Some)];
     prop_oneof![
         1 => Just(OperatorAction::ForceOpen { for_ms: None }),
-        2 => for_ms.prop_map(|ms| OperatorAction::ForceOpen { for_ms: Some(ms) }),
+        2 => for_ms().prop_map(|ms| OperatorAction::ForceOpen { for_ms: Some(ms) }),
         3 => Just(OperatorAction::Reset),
-        1 => Just(OperatorAction::Disable),
-        1 => Just(OperatorAction::MetricsOnly),
+        1 => maybe().prop_map(|for_ms| OperatorAction::Disable { for_ms }),
+        1 => maybe().prop_map(|for_ms| OperatorAction::MetricsOnly { for_ms }),
     ]
 }
 

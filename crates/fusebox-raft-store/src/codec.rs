@@ -30,7 +30,10 @@ use std::io;
 ///
 /// 4: commands gained `Auth`, and the state its table of principals and
 /// hashed tokens.
-pub(crate) const VALUE_FORMAT: u8 = 4;
+///
+/// 5: commands gained `DeleteNamespace`, and disabling a breaker or putting
+/// it in metrics-only takes an optional period, as forcing it open does.
+pub(crate) const VALUE_FORMAT: u8 = 5;
 
 /// The key of log entry `index`.
 pub(crate) fn index_key(index: u64) -> [u8; 8] {

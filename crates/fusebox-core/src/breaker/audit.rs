@@ -31,6 +31,8 @@ pub enum Cause {
     Disabled,
     /// An operator put it in metrics-only (shadow) mode.
     MetricsOnly,
+    /// An operator's disabled or metrics-only period ended.
+    OperatorExpired,
 }
 
 /// Counts and reporters at the moment of a transition.

@@ -212,10 +212,7 @@ impl Breaker {
 
     /// The earliest time at which [`Breaker::advance`] would change something.
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        let forced = match &self.mode {
-            Mode::ForcedOpen { until, .. } => *until,
-            _ => None,
-        };
+        let forced = self.operator_until();
         let phase = match &self.phase {
             Phase::Open { until, .. } => Some(*until),
             Phase::HalfOpen { permits, .. } => permits.values().map(|p| p.expires).min(),
@@ -230,12 +227,18 @@ impl Breaker {
     /// Applies what time alone changes: open periods end, forced periods
     /// lift, probe leases lapse. Idempotent for a given `now`.
     pub fn advance(&mut self, now: Timestamp) {
-        if let Mode::ForcedOpen { until: Some(t), .. } = self.mode {
-            if now >= t {
+        if self.operator_until().is_some_and(|t| now >= t) {
+            let cause = match self.mode {
+                Mode::ForcedOpen { .. } => Cause::ForceExpired,
+                _ => Cause::OperatorExpired,
+            };
+            if !matches!(self.mode, Mode::MetricsOnly { .. }) {
+                // Frozen while held: it restarts closed with fresh evidence.
+                // Shadow ran the machine all along, and its verdict stands.
                 self.clear_evidence();
                 self.phase = Phase::Closed;
-                self.transition(now, Target::Mode(Mode::Auto), Cause::ForceExpired, None);
             }
+            self.transition(now, Target::Mode(Mode::Auto), cause, None);
         }
         if let Phase::Open { until, reopens } = self.phase {
             if now >= until {
@@ -512,22 +515,42 @@ impl Breaker {
         self.operator(now, mode, Cause::ForcedOpen, actor, reason);
     }
 
-    /// An operator disables the breaker (always allow).
-    pub fn disable(&mut self, now: Timestamp, actor: &str, reason: &str) {
+    /// An operator disables the breaker (always allow), until lifted or
+    /// `until`.
+    pub fn disable(&mut self, now: Timestamp, actor: &str, reason: &str, until: Option<Timestamp>) {
         let mode = Mode::Disabled {
             reason: reason.to_owned(),
             actor: actor.to_owned(),
+            until,
         };
         self.operator(now, mode, Cause::Disabled, actor, reason);
     }
 
-    /// An operator puts the breaker in shadow (decide and count, never reject).
-    pub fn metrics_only(&mut self, now: Timestamp, actor: &str, reason: &str) {
+    /// An operator puts the breaker in shadow (decide and count, never
+    /// reject), until lifted or `until`.
+    pub fn metrics_only(
+        &mut self,
+        now: Timestamp,
+        actor: &str,
+        reason: &str,
+        until: Option<Timestamp>,
+    ) {
         let mode = Mode::MetricsOnly {
             reason: reason.to_owned(),
             actor: actor.to_owned(),
+            until,
         };
         self.operator(now, mode, Cause::MetricsOnly, actor, reason);
+    }
+
+    /// When the operator's state lifts by itself, if it does.
+    pub fn operator_until(&self) -> Option<Timestamp> {
+        match &self.mode {
+            Mode::Auto => None,
+            Mode::ForcedOpen { until, .. }
+            | Mode::Disabled { until, .. }
+            | Mode::MetricsOnly { until, .. } => *until,
+        }
     }
 
     /// An operator hands the breaker back to its evidence, closed and fresh.

@@ -57,6 +57,9 @@ pub enum Mode {
         reason: String,
         /// Who disabled it.
         actor: String,
+        /// When it returns to the automatic machine by itself (closed, with
+        /// fresh evidence); `None` holds until an operator acts.
+        until: Option<Timestamp>,
     },
     /// Runs the automatic machine but never rejects (shadow).
     MetricsOnly {
@@ -64,6 +67,9 @@ pub enum Mode {
         reason: String,
         /// Who set it.
         actor: String,
+        /// When the automatic machine's verdict is enforced again by itself;
+        /// `None` holds until an operator acts.
+        until: Option<Timestamp>,
     },
 }
 

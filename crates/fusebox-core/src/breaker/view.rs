@@ -24,6 +24,9 @@ pub struct BreakerView {
     pub generation: u64,
     /// When an open (or timed forced-open) period ends.
     pub open_until: Option<Timestamp>,
+    /// When an operator's forced-open, disabled or metrics-only state lifts
+    /// by itself; `None` without one, or held until an operator acts.
+    pub operator_until: Option<Timestamp>,
     /// Shadow: the breaker decides but never rejects.
     pub shadow: bool,
     /// The operator's reason for a forced, disabled or metrics-only state.
@@ -42,8 +45,10 @@ impl BreakerView {
         let (reason, actor) = match breaker.mode() {
             Mode::Auto => (None, None),
             Mode::ForcedOpen { reason, actor, .. }
-            | Mode::Disabled { reason, actor }
-            | Mode::MetricsOnly { reason, actor } => (Some(reason.clone()), Some(actor.clone())),
+            | Mode::Disabled { reason, actor, .. }
+            | Mode::MetricsOnly { reason, actor, .. } => {
+                (Some(reason.clone()), Some(actor.clone()))
+            }
         };
         BreakerView {
             key: key.clone(),
@@ -51,6 +56,7 @@ impl BreakerView {
             auto_state: breaker.phase().state(),
             generation: breaker.generation(),
             open_until: breaker.open_until(),
+            operator_until: breaker.operator_until(),
             shadow: !breaker.enforcing(policy),
             reason,
             actor,
@@ -67,6 +73,7 @@ impl BreakerView {
             auto_state: BreakerState::Closed,
             generation: 0,
             open_until: None,
+            operator_until: None,
             shadow: false,
             reason: None,
             actor: None,

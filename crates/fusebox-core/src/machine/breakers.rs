@@ -96,8 +96,12 @@ impl<L: LedgerStore> StateMachine<L> {
                 b.force_open(now, actor, reason, for_ms.map(|ms| now.plus_ms(ms)))
             }
             OperatorAction::Reset => b.reset(now, actor, reason),
-            OperatorAction::Disable => b.disable(now, actor, reason),
-            OperatorAction::MetricsOnly => b.metrics_only(now, actor, reason),
+            OperatorAction::Disable { for_ms } => {
+                b.disable(now, actor, reason, for_ms.map(|ms| now.plus_ms(ms)))
+            }
+            OperatorAction::MetricsOnly { for_ms } => {
+                b.metrics_only(now, actor, reason, for_ms.map(|ms| now.plus_ms(ms)))
+            }
         })?;
         Ok(Answer::Breaker(Box::new(self.view(key))))
     }

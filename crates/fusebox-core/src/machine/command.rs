@@ -49,10 +49,28 @@ pub enum OperatorAction {
     },
     /// Back to the automatic machine, closed, with fresh evidence.
     Reset,
-    /// Allow every call.
-    Disable,
-    /// Decide and count, never reject.
-    MetricsOnly,
+    /// Allow every call, until lifted or for `for_ms`.
+    Disable {
+        /// How long; `None` holds until an operator acts.
+        for_ms: Option<u64>,
+    },
+    /// Decide and count, never reject, until lifted or for `for_ms`.
+    MetricsOnly {
+        /// How long; `None` holds until an operator acts.
+        for_ms: Option<u64>,
+    },
+}
+
+impl OperatorAction {
+    /// How long the operator's state is to last, if bounded.
+    pub fn for_ms(&self) -> Option<u64> {
+        match self {
+            OperatorAction::ForceOpen { for_ms }
+            | OperatorAction::Disable { for_ms }
+            | OperatorAction::MetricsOnly { for_ms } => *for_ms,
+            OperatorAction::Reset => None,
+        }
+    }
 }
 
 /// One replicated command.
@@ -281,15 +299,14 @@ fn check_change(actor: &str, reason: &str) -> Result<(), CoreError> {
     check_max_len("reason", reason, REASON_BYTES_MAX)
 }
 
-/// A forced-open period, when given, lasts 1 ms to [`FORCE_OPEN_MS_MAX`].
+/// An operator's period (forced open, disabled, metrics only), when given,
+/// lasts 1 ms to [`FORCE_OPEN_MS_MAX`].
 fn check_force_open(action: &OperatorAction) -> Result<(), CoreError> {
-    match action {
-        OperatorAction::ForceOpen { for_ms: Some(ms) } if *ms == 0 || *ms > FORCE_OPEN_MS_MAX => {
-            Err(CoreError::invalid(
-                "duration_ms",
-                format!("must be 1..={FORCE_OPEN_MS_MAX}, got {ms}"),
-            ))
-        }
+    match action.for_ms() {
+        Some(ms) if ms == 0 || ms > FORCE_OPEN_MS_MAX => Err(CoreError::invalid(
+            "duration_ms",
+            format!("must be 1..={FORCE_OPEN_MS_MAX}, got {ms}"),
+        )),
         _ => Ok(()),
     }
 }

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 use std::io::{self, Read, Write};
 
 /// The snapshot format this build writes and reads.
-pub const SNAPSHOT_FORMAT: u8 = 5;
+pub const SNAPSHOT_FORMAT: u8 = 6;
 
 /// The head's length before the fleet: the format byte and the fleet's
 /// length.

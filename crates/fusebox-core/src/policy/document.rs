@@ -10,6 +10,7 @@
 //! `document_resolve.rs`, validation in `validate.rs`, canonical rendering
 //! and diffs in `document_diff.rs`.
 
+use super::failover::FailoverGroup;
 use super::resolved::{EffectClass, OnPartition, Scope};
 use super::PolicyProblem;
 use crate::error::CoreError;
@@ -61,6 +62,9 @@ pub struct PolicyDocument {
     pub latency: LatencySettings,
     /// Per-server overrides, each with its per-tool overrides.
     pub servers: BTreeMap<ServerName, ServerOverrides>,
+    /// Tools that may stand in for one another when a breaker refuses
+    /// (none by default: an open circuit is not bypassed).
+    pub failover: Vec<FailoverGroup>,
 }
 
 /// The document's fields as TOML, YAML and JSON spell them.
@@ -75,6 +79,8 @@ struct PolicyFields {
     latency: LatencySettings,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     servers: BTreeMap<ServerName, ServerOverrides>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    failover: Vec<FailoverGroup>,
 }
 
 impl Serialize for PolicyDocument {

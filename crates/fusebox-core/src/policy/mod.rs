@@ -13,6 +13,7 @@
 mod document;
 mod document_diff;
 mod document_resolve;
+mod failover;
 mod nesting;
 mod resolved;
 mod validate;
@@ -24,6 +25,7 @@ pub use document::{
     BreakerOverrides, LatencySettings, LedgerSettings, PolicyDocument, PolicyFormat,
     RetryOverrides, ServerOverrides, ToolOverrides,
 };
+pub use failover::{parse_tool, FailoverGroup, FAILOVER_GROUPS_MAX, FAILOVER_GROUP_TOOLS_MAX};
 pub use resolved::{
     BreakerPolicy, EffectClass, OnPartition, OpenBackoff, RetryPolicy, Scope, ToolPolicy, Trip,
     WindowPolicy,

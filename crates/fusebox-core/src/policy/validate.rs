@@ -45,6 +45,9 @@ impl PolicyDocument {
         }
         check_ledger(&self.ledger, &mut problems);
         check_latency(&self.latency, &mut problems);
+        for (field, rule) in super::failover::problems(&self.failover) {
+            problems.push(field, rule);
+        }
         self.check_override_count(&mut problems);
         problems.list
     }

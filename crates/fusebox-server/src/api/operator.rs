@@ -50,18 +50,23 @@ macro_rules! common {
     };
 }
 
+/// An operator's period, when given: 1 ms to [`FORCE_OPEN_MS_MAX`].
+fn period(duration_ms: Option<u64>) -> Result<Option<u64>, Status> {
+    match duration_ms {
+        Some(ms) if ms == 0 || ms > FORCE_OPEN_MS_MAX => {
+            let reason = format!("must be 1..={FORCE_OPEN_MS_MAX}, got {ms}");
+            Err(status::invalid_field("duration_ms", &reason))
+        }
+        other => Ok(other),
+    }
+}
+
 impl OperatorCommand {
     /// `ForceOpen`: a reason is required, a duration is optional but bounded.
     pub fn force_open(req: &pb::ForceOpenRequest, caller: &Caller) -> Result<Self, Status> {
         required("reason", &req.reason, REASON_BYTES_MAX)?;
-        if let Some(ms) = req.duration_ms {
-            if ms == 0 || ms > FORCE_OPEN_MS_MAX {
-                let reason = format!("must be 1..={FORCE_OPEN_MS_MAX}, got {ms}");
-                return Err(status::invalid_field("duration_ms", &reason));
-            }
-        }
         let action = OperatorAction::ForceOpen {
-            for_ms: req.duration_ms,
+            for_ms: period(req.duration_ms)?,
         };
         Self::validated(common!(req, caller), action)
     }
@@ -71,14 +76,23 @@ impl OperatorCommand {
         Self::validated(common!(req, caller), OperatorAction::Reset)
     }
 
-    /// `Disable`.
+    /// `Disable`: a reason is required, a duration is optional but bounded.
     pub fn disable(req: &pb::DisableBreakerRequest, caller: &Caller) -> Result<Self, Status> {
-        Self::validated(common!(req, caller), OperatorAction::Disable)
+        required("reason", &req.reason, REASON_BYTES_MAX)?;
+        let action = OperatorAction::Disable {
+            for_ms: period(req.duration_ms)?,
+        };
+        Self::validated(common!(req, caller), action)
     }
 
-    /// `SetMetricsOnly`.
+    /// `SetMetricsOnly`: a reason is required, a duration is optional but
+    /// bounded.
     pub fn metrics_only(req: &pb::SetMetricsOnlyRequest, caller: &Caller) -> Result<Self, Status> {
-        Self::validated(common!(req, caller), OperatorAction::MetricsOnly)
+        required("reason", &req.reason, REASON_BYTES_MAX)?;
+        let action = OperatorAction::MetricsOnly {
+            for_ms: period(req.duration_ms)?,
+        };
+        Self::validated(common!(req, caller), action)
     }
 
     fn validated(c: Common<'_>, action: OperatorAction) -> Result<Self, Status> {

@@ -111,10 +111,12 @@ pub fn view_to_proto(state: &SharedStateMachine, view: &BreakerView) -> pb::Brea
         key: Some(key_to_proto(&view.key)),
         state: state_to_proto(view.state) as i32,
         generation: view.generation,
-        open_until_ms: (view.state == BreakerState::Open)
+        open_until_ms: (view.auto_state == BreakerState::Open)
             .then(|| view.open_until.map(|t| t.as_millis()))
             .flatten(),
+        automatic_state: state_to_proto(view.auto_state) as i32,
         forced: forced_to_proto(view, breaker.map(|b| b.mode()), breaker),
+        operator: hold_to_proto(view, breaker),
         live_probes: view.live_probes,
         concurrent_probes: policy.concurrent_probes.max(1),
         probe_successes: successes,
@@ -164,6 +166,32 @@ fn forced_to_proto(
     })
 }
 
+/// Who holds a breaker disabled or metrics-only, since and until when.
+fn hold_to_proto(
+    view: &BreakerView,
+    breaker: Option<&fusebox_core::breaker::Breaker>,
+) -> Option<pb::OperatorHold> {
+    let breaker = breaker?;
+    let held = matches!(
+        breaker.mode(),
+        Mode::Disabled { .. } | Mode::MetricsOnly { .. }
+    );
+    if !held {
+        return None;
+    }
+    let since = breaker
+        .audit()
+        .filter(|e| matches!(e.cause, Cause::Disabled | Cause::MetricsOnly))
+        .last()
+        .map_or(0, |e| e.at.as_millis());
+    Some(pb::OperatorHold {
+        reason: view.reason.clone().unwrap_or_default(),
+        actor: view.actor.clone().unwrap_or_default(),
+        since_ms: since,
+        expires_at_ms: view.operator_until.map(|t| t.as_millis()),
+    })
+}
+
 /// One audited transition on the wire.
 pub fn transition_to_proto(entry: &AuditEntry) -> pb::BreakerTransition {
     let reason = entry.reason.clone().unwrap_or_else(|| summary(entry));
@@ -199,6 +227,7 @@ fn cause_to_proto(cause: &Cause) -> pb::TransitionCause {
         Cause::ProbesSucceeded => pb::TransitionCause::ProbesSucceeded,
         Cause::ProbeFailed => pb::TransitionCause::ProbeFailed,
         Cause::ForceExpired => pb::TransitionCause::ForceExpired,
+        Cause::OperatorExpired => pb::TransitionCause::OperatorExpired,
         Cause::ForcedOpen | Cause::Reset | Cause::Disabled | Cause::MetricsOnly => {
             pb::TransitionCause::Operator
         }
@@ -219,6 +248,7 @@ fn summary(entry: &AuditEntry) -> String {
         Cause::ProbesSucceeded => "enough probes succeeded".to_owned(),
         Cause::ProbeFailed => "a probe failed".to_owned(),
         Cause::ForceExpired => "forced-open period expired".to_owned(),
+        Cause::OperatorExpired => "disabled or metrics-only period expired".to_owned(),
         Cause::ForcedOpen | Cause::Reset | Cause::Disabled | Cause::MetricsOnly => {
             "operator command".to_owned()
         }
