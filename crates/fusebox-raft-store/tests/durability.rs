@@ -29,6 +29,16 @@ fn scribble(dir: &Path, family: &str, key: &[u8], value: &[u8]) {
         .unwrap();
 }
 
+/// Builds and persists a snapshot of the store's state.
+async fn build(state: &mut StateStore) -> fusebox_raft_store::Snapshot {
+    state
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+}
+
 /// Bytes received as a snapshot would be, into the store's own folder.
 fn received(state: &StateStore, bytes: &[u8]) -> SnapshotData {
     let mut sink = state.snapshot_sink().unwrap();
@@ -114,8 +124,7 @@ async fn built_snapshot_is_what_reopen_restores() {
         ];
         apply(&mut state, entries).await.unwrap();
         let digest_at_build = digest(&state);
-        let mut builder = state.get_snapshot_builder().await;
-        let built = builder.build_snapshot().await.unwrap();
+        let built = build(&mut state).await;
         // Applied after the snapshot: in memory only, the log is its record.
         apply(&mut state, vec![normal(1, 5, kill_switch(false))])
             .await
@@ -176,12 +185,7 @@ async fn corrupt_snapshot_stops_the_open() {
         apply(&mut state, vec![normal(1, 1, kill_switch(true))])
             .await
             .unwrap();
-        state
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build(&mut state).await;
     }
     // A bit flipped inside the fleet, in the file's head.
     let files = snapshot_files(dir.path());
@@ -370,12 +374,7 @@ async fn installed_snapshot_carries_the_state_and_tells_the_observer() {
     ];
     apply(&mut leader, entries).await.unwrap();
     assert_eq!(*leader_events.revisions.lock().unwrap(), vec![1, 2]);
-    let snapshot = leader
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snapshot = build(&mut leader).await;
 
     follower
         .install_snapshot(&snapshot.meta, snapshot.snapshot.clone())
@@ -425,12 +424,7 @@ async fn a_snapshot_cut_short_is_refused_before_the_ledger_is_touched() {
     .await
     .unwrap();
     let before = (follower.applied_state().await.unwrap(), digest(&follower));
-    let snapshot = leader
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snapshot = build(&mut leader).await;
     let whole = bytes_of(&snapshot.snapshot);
 
     // Cut inside the last record: the head and most records read fine.
@@ -469,12 +463,7 @@ async fn an_install_cut_by_a_crash_is_finished_at_the_next_open() {
         entries.extend(ledger_entries(2, 30));
         apply(&mut state, entries).await.unwrap();
         let digest_at_build = digest(&state);
-        state
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build(&mut state).await;
         apply(&mut state, ledger_entries(31, 35)).await.unwrap();
         digest_at_build
     };
@@ -534,12 +523,7 @@ async fn leftover_files_are_removed_at_open() {
         apply(&mut state, vec![normal(1, 1, kill_switch(true))])
             .await
             .unwrap();
-        state
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        build(&mut state).await;
         // A receive a crash interrupted, and a file no pointer names.
         std::mem::forget(state.snapshot_sink().unwrap());
     }
