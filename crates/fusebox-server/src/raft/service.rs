@@ -162,11 +162,6 @@ impl RaftRpc for RaftService {
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftMessage>, Status> {
         let sender = certified(&request);
-        let Ok(_receiving) = self.receiving.clone().try_acquire_owned() else {
-            return Err(Status::resource_exhausted(format!(
-                "already receiving {SNAPSHOT_RECEIVES_MAX} snapshots"
-            )));
-        };
         let (vote, meta, data) = self.receive_snapshot(request.into_inner(), &sender).await?;
         let snapshot = Snapshot {
             meta,
@@ -220,6 +215,13 @@ impl RaftService {
         let vote = codec::decode(&begin.vote)?;
         let meta = codec::decode(&begin.meta)?;
         let total = begin.total_bytes;
+        // Taken only once the sender proved it is a member, so no one else
+        // can hold the places.
+        let Ok(_receiving) = self.receiving.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "already receiving {SNAPSHOT_RECEIVES_MAX} snapshots"
+            )));
+        };
         let store = self.store.clone();
         let mut sink = blocking(move || store.snapshot_sink())
             .await
