@@ -89,7 +89,24 @@ impl Client {
     /// it should pass `ctx.cancel` on to its transport. A write-effect tool
     /// is refused while the kill switch is on; use [`Client::write`] for
     /// writes so the ledger guards them.
+    ///
+    /// Every error names the journey's intent id, for the user to quote.
     pub async fn call<T, F, Fut>(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+        f: F,
+    ) -> Result<CallOutput<T>, ClientError>
+    where
+        F: FnMut(CallContext) -> Fut,
+        Fut: Future<Output = Result<T, ToolFailure>>,
+    {
+        self.call_gated(journey, tool, f)
+            .await
+            .map_err(|e| e.in_intent(journey.intent_id()))
+    }
+
+    async fn call_gated<T, F, Fut>(
         &self,
         journey: &Journey,
         tool: &ToolRef,
@@ -131,6 +148,7 @@ impl Client {
                     && self.disclosure_allows_retry(tool, failure.class);
             if !allowed {
                 return Err(ClientError::ToolFailed {
+                    intent_id: None,
                     tool: tool.tool().to_owned(),
                     class: failure.class,
                     message: failure.message,
@@ -173,6 +191,7 @@ impl Client {
         }
         bump(&self.inner.metrics.writes_blocked);
         Err(ClientError::WritesBlocked {
+            intent_id: None,
             tool: tool.tool().to_owned(),
             reason: self.inner.view.kill_switch().reason,
         })
@@ -255,6 +274,7 @@ impl Client {
     ) -> Result<Pass, ClientError> {
         if journey.is_cancelled() {
             return Err(ClientError::Cancelled {
+                intent_id: None,
                 tool: tool.tool().to_owned(),
                 elapsed_ms: 0,
             });
@@ -300,18 +320,21 @@ impl Client {
         bump(&self.inner.metrics.rejects);
         if decision.on_partition == Some(OnPartition::FailClosed) {
             return ClientError::PartitionFailClosed {
+                intent_id: None,
                 tool: tool.tool().to_owned(),
                 view_age_ms: decision.view_age_ms.unwrap_or(0),
             };
         }
         ClientError::CircuitOpen {
+            intent_id: None,
             tool: tool.tool().to_owned(),
             server: tool.server().to_owned(),
             whole_server: scope == RejectScope::Server,
             state,
             retry_after_ms,
             degraded: decision.degraded,
-            forced: decision.forced.clone(),
+            forced: decision.forced.clone().map(Box::new),
+            evidence: decision.evidence,
         }
     }
 
@@ -475,6 +498,7 @@ impl Client {
                 deadline_ms: ms(*deadline),
             },
             _ => ClientError::Cancelled {
+                intent_id: None,
                 tool: tool.tool().to_owned(),
                 elapsed_ms: ms(elapsed),
             },

@@ -2,7 +2,7 @@
 
 use crate::config::{ClientConfig, CACHED_OPEN_SKEW_MS, CLOSE_GRACE_MS, VIEW_POLL_PERIOD_MS};
 use crate::convert::tool_key;
-use crate::decision::Decision;
+use crate::decision::{Decision, Evidence};
 use crate::endpoints::Endpoints;
 use crate::env::ClientEnv;
 use crate::error::ClientError;
@@ -235,6 +235,7 @@ impl Client {
                 server_generation: a.server_generation,
                 view_age_ms: view.age_ms(),
                 forced: a.forced,
+                evidence: Evidence::Fresh,
             };
         }
         bump(&self.inner.metrics.degraded_decisions);
@@ -246,6 +247,13 @@ impl Client {
         let skewed = Timestamp::from_millis(now.as_millis().saturating_sub(CACHED_OPEN_SKEW_MS));
         let cached = view.admit(tool, policy.scope, skewed);
         let held = matches!(cached.admission, Admission::Reject { .. });
+        let evidence = match view.age_ms() {
+            None => Evidence::Missing,
+            Some(age_ms) if held || policy.on_partition == OnPartition::FailClosed => {
+                Evidence::Cached { age_ms }
+            }
+            Some(view_age_ms) => Evidence::Local { view_age_ms },
+        };
         let (admission, forced) = match policy.on_partition {
             OnPartition::FailClosed => (
                 Admission::Reject {
@@ -278,6 +286,7 @@ impl Client {
             server_generation: cached.server_generation,
             view_age_ms: view.age_ms(),
             forced,
+            evidence,
         }
     }
 
@@ -307,6 +316,7 @@ impl Client {
             )
             .await?;
         response.record.ok_or_else(|| ClientError::Cluster {
+            intent_id: None,
             operation: "ledger_lookup",
             code: tonic::Code::Internal,
             error_code: None,
@@ -344,6 +354,7 @@ impl Client {
             )
             .await?;
         response.record.ok_or_else(|| ClientError::Cluster {
+            intent_id: None,
             operation: "ledger_resolve",
             code: tonic::Code::Internal,
             error_code: None,

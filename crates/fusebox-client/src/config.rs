@@ -134,6 +134,7 @@ impl ClientConfig {
     /// Checks the settings hang together; every problem is named.
     pub fn validate(&self) -> Result<(), ClientError> {
         let bad = |field: &'static str, message: &str| ClientError::InvalidArgument {
+            intent_id: None,
             field: field.to_owned(),
             message: message.to_owned(),
         };

@@ -25,6 +25,62 @@ pub struct Decision {
     pub view_age_ms: Option<u64>,
     /// Who forced the refusing breaker open, and why, when an operator did.
     pub forced: Option<Forced>,
+    /// What the decision was made from: a fresh view of the fleet, the last
+    /// one it had (with its age), this replica's own breakers, or nothing.
+    pub evidence: Evidence,
+}
+
+/// What an admission decision was made from (the runbook's fresh, cached
+/// and missing evidence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// A fresh view of the fleet's breakers.
+    Fresh,
+    /// The last view the fleet pushed, now stale by `age_ms`: a cut-off
+    /// replica keeps the fleet's OPEN and FORCED_OPEN states.
+    Cached {
+        /// How old the view is.
+        age_ms: u64,
+    },
+    /// This replica's own breakers, the fleet's view being stale by
+    /// `view_age_ms` and holding no refusal.
+    Local {
+        /// How old the fleet's view is.
+        view_age_ms: u64,
+    },
+    /// No view of the fleet has arrived yet.
+    Missing,
+}
+
+impl Evidence {
+    /// Words for a person or a model, after "decided ...".
+    pub fn describe(self) -> String {
+        match self {
+            Evidence::Fresh => "from the fleet's current view".to_owned(),
+            Evidence::Cached { age_ms } => format!(
+                "from the fleet's view as it was {} ago (the breaker service is unreachable)",
+                human_ms(age_ms)
+            ),
+            Evidence::Local { view_age_ms } => format!(
+                "by this replica alone (the breaker service has been unreachable for {})",
+                human_ms(view_age_ms)
+            ),
+            Evidence::Missing => {
+                "without any view of the fleet (the breaker service has not been reached yet)"
+                    .to_owned()
+            }
+        }
+    }
+}
+
+/// A duration as a person reads it: `800 ms`, `12 s`, `3 min`, `2 h`.
+fn human_ms(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1_000..=119_999 => format!("{} s", ms / 1_000),
+        120_000..=7_199_999 => format!("{} min", ms / 60_000),
+        _ => format!("{} h", ms / 3_600_000),
+    }
 }
 
 impl Decision {

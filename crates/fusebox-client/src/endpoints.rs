@@ -42,6 +42,7 @@ impl Endpoints {
         let bearer = match token {
             Some(token) => {
                 Bearer::token(token).map_err(|message| ClientError::InvalidArgument {
+                    intent_id: None,
                     field: "token".to_owned(),
                     message,
                 })?
@@ -52,6 +53,7 @@ impl Endpoints {
             .map(|files| TlsConnector::load(files.clone()))
             .transpose()
             .map_err(|e| ClientError::InvalidArgument {
+                intent_id: None,
                 field: "tls".to_owned(),
                 message: e.to_string(),
             })?;
@@ -64,6 +66,7 @@ impl Endpoints {
             };
             let endpoint =
                 Endpoint::from_shared(uri).map_err(|e| ClientError::InvalidArgument {
+                    intent_id: None,
                     field: "endpoints".to_owned(),
                     message: format!("{address:?}: {e}"),
                 })?;
@@ -152,6 +155,7 @@ impl Endpoints {
             }
         }
         Err(ClientError::ClusterUnavailable {
+            intent_id: None,
             operation,
             message: last,
         })
@@ -171,6 +175,7 @@ impl Endpoints {
 pub(crate) fn refused(operation: &'static str, status: &Status) -> ClientError {
     let detail = FuseboxErrorDetail::decode(status.details()).ok();
     ClientError::Cluster {
+        intent_id: None,
         operation,
         code: status.code(),
         error_code: detail.as_ref().map(|d| d.code),

@@ -5,6 +5,7 @@
 //! next ("tax_lookup is unavailable for about 18 s; continue without it").
 //! [`ClientError::kind`] gives the stable snake_case name code can branch on.
 
+use crate::decision::Evidence;
 use fusebox_core::breaker::BreakerState;
 use fusebox_core::OutcomeClass;
 use std::fmt;
@@ -43,7 +44,7 @@ impl fmt::Display for Layer {
 #[derive(Debug, Error)]
 pub enum ClientError {
     /// A breaker rejects the tool (or its whole server) without calling it.
-    #[error("{tool} is unavailable{}{}{}; continue without it{}", forced_by(forced.as_ref()), for_about(*retry_after_ms), whole(*whole_server, server), degraded_note(*degraded))]
+    #[error("{tool} is unavailable{}{}{}; continue without it{}{}", forced_by(forced.as_deref()), for_about(*retry_after_ms), whole(*whole_server, server), evidence_note(*evidence), intent_note(intent_id.as_deref()))]
     CircuitOpen {
         /// The tool refused.
         tool: String,
@@ -60,7 +61,12 @@ pub enum ClientError {
         degraded: bool,
         /// When an operator forced it open: who, and the reason they gave
         /// (shown to the model, which can pass it on).
-        forced: Option<Forced>,
+        forced: Option<Box<Forced>>,
+        /// What the refusal was decided from (fresh, cached with its age,
+        /// this replica's own breakers, or no view at all).
+        evidence: Evidence,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// A deadline expired; the call was cancelled.
     #[error("{tool} timed out after {elapsed_ms} ms ({layer} deadline of {deadline_ms} ms; intent {intent_id}); {}", timeout_advice(*layer))]
@@ -92,15 +98,17 @@ pub enum ClientError {
         reserve_ms: u64,
     },
     /// The namespace's write kill switch blocks every write-effect tool.
-    #[error("{tool} is a write and writes are blocked by an operator ({reason}); reads still work, do not retry the write")]
+    #[error("{tool} is a write and writes are blocked by an operator ({reason}); reads still work, do not retry the write{}", intent_note(intent_id.as_deref()))]
     WritesBlocked {
         /// The write tool refused.
         tool: String,
         /// The operator's reason.
         reason: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// Another attempt holds the idempotency key right now.
-    #[error("{tool} with key {key} is already running in another attempt; wait about {} s and check its result, do not start it again", secs(*retry_after_ms))]
+    #[error("{tool} with key {key} is already running in another attempt; wait about {} s and check its result, do not start it again{}", secs(*retry_after_ms), intent_note(intent_id.as_deref()))]
     InProgress {
         /// The write tool.
         tool: String,
@@ -110,9 +118,11 @@ pub enum ClientError {
         holder_attempt_id: String,
         /// When its lease lapses, from now.
         retry_after_ms: u64,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// A write's outcome is unknown: it may or may not have happened.
-    #[error("{tool} with key {key} may or may not have happened ({reason}); do not retry it, report key {key} so an operator can check and resolve it")]
+    #[error("{tool} with key {key} may or may not have happened ({reason}); do not retry it, report key {key} so an operator can check and resolve it{}", intent_note(intent_id.as_deref()))]
     AmbiguousOutcome {
         /// The write tool.
         tool: String,
@@ -122,20 +132,25 @@ pub enum ClientError {
         attempt_id: String,
         /// Why it is unknown.
         reason: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// The key was used before for a different request.
-    #[error("{tool}: key {key} was already used for a different request; this is a bug in the key, do not retry")]
+    #[error("{tool}: key {key} was already used for a different request; this is a bug in the key, do not retry{}", intent_note(intent_id.as_deref()))]
     Mismatch {
         /// The write tool.
         tool: String,
         /// The reused key.
         key: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// A write under this key already ended without success; the ledger
     /// replays that end rather than run the write again.
     #[error(
-        "{tool} with key {key} already ended as {status}{}; it will not run again under this key",
-        reason_note(reason)
+        "{tool} with key {key} already ended as {status}{}; it will not run again under this key{}",
+        reason_note(reason),
+        intent_note(intent_id.as_deref())
     )]
     WriteNotReplayable {
         /// The write tool.
@@ -146,18 +161,22 @@ pub enum ClientError {
         status: String,
         /// The stored reason, if any.
         reason: Option<String>,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// The cluster has been unreachable too long and the tool's policy says
     /// to fail closed.
-    #[error("{tool} is unavailable: the breaker service has been unreachable for {view_age_ms} ms and this tool fails closed; continue without it")]
+    #[error("{tool} is unavailable: the breaker service has been unreachable for {view_age_ms} ms and this tool fails closed; continue without it{}", intent_note(intent_id.as_deref()))]
     PartitionFailClosed {
         /// The tool refused.
         tool: String,
         /// How old the view is.
         view_age_ms: u64,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// The tool answered with a failure (or a business error).
-    #[error("{tool} failed ({}): {message}{}", class.as_str(), attempts_note(*attempts))]
+    #[error("{tool} failed ({}): {message}{}{}", class.as_str(), attempts_note(*attempts), intent_note(intent_id.as_deref()))]
     ToolFailed {
         /// The tool called.
         tool: String,
@@ -167,25 +186,31 @@ pub enum ClientError {
         message: String,
         /// Attempts made, retries included.
         attempts: u32,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// The journey was cancelled by its owner while the call ran.
-    #[error("{tool} was cancelled after {elapsed_ms} ms because the turn was cancelled")]
+    #[error("{tool} was cancelled after {elapsed_ms} ms because the turn was cancelled{}", intent_note(intent_id.as_deref()))]
     Cancelled {
         /// The tool called.
         tool: String,
         /// Time spent in the attempt.
         elapsed_ms: u64,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// No node of the cluster answered.
-    #[error("fusebox cluster unreachable during {operation}: {message}")]
+    #[error("fusebox cluster unreachable during {operation}: {message}{}", intent_note(intent_id.as_deref()))]
     ClusterUnavailable {
         /// The cluster call that failed.
         operation: &'static str,
         /// The last node's error.
         message: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// The cluster refused a request.
-    #[error("fusebox refused {operation} ({code:?}): {message}")]
+    #[error("fusebox refused {operation} ({code:?}): {message}{}", intent_note(intent_id.as_deref()))]
     Cluster {
         /// The cluster call that failed.
         operation: &'static str,
@@ -195,14 +220,18 @@ pub enum ClientError {
         error_code: Option<i32>,
         /// The server's message.
         message: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
     /// A name or setting is malformed.
-    #[error("invalid {field}: {message}")]
+    #[error("invalid {field}: {message}{}", intent_note(intent_id.as_deref()))]
     InvalidArgument {
         /// The offending field.
         field: String,
         /// What is wrong.
         message: String,
+        /// The journey's intent (correlation) id, for the user to quote.
+        intent_id: Option<String>,
     },
 }
 
@@ -237,6 +266,49 @@ impl ClientError {
         )
     }
 
+    /// The intent (correlation) id of the journey the error ended, when it
+    /// ended one: the id the user can quote.
+    pub fn intent_id(&self) -> Option<&str> {
+        match self {
+            ClientError::Timeout { intent_id, .. }
+            | ClientError::BudgetExhausted { intent_id, .. } => Some(intent_id),
+            ClientError::CircuitOpen { intent_id, .. }
+            | ClientError::WritesBlocked { intent_id, .. }
+            | ClientError::InProgress { intent_id, .. }
+            | ClientError::AmbiguousOutcome { intent_id, .. }
+            | ClientError::Mismatch { intent_id, .. }
+            | ClientError::WriteNotReplayable { intent_id, .. }
+            | ClientError::PartitionFailClosed { intent_id, .. }
+            | ClientError::ToolFailed { intent_id, .. }
+            | ClientError::Cancelled { intent_id, .. }
+            | ClientError::ClusterUnavailable { intent_id, .. }
+            | ClientError::Cluster { intent_id, .. }
+            | ClientError::InvalidArgument { intent_id, .. } => intent_id.as_deref(),
+        }
+    }
+
+    /// The error, stamped with the journey it ended (kept if already set).
+    pub(crate) fn in_intent(mut self, id: &str) -> ClientError {
+        match &mut self {
+            ClientError::Timeout { .. } | ClientError::BudgetExhausted { .. } => {}
+            ClientError::CircuitOpen { intent_id, .. }
+            | ClientError::WritesBlocked { intent_id, .. }
+            | ClientError::InProgress { intent_id, .. }
+            | ClientError::AmbiguousOutcome { intent_id, .. }
+            | ClientError::Mismatch { intent_id, .. }
+            | ClientError::WriteNotReplayable { intent_id, .. }
+            | ClientError::PartitionFailClosed { intent_id, .. }
+            | ClientError::ToolFailed { intent_id, .. }
+            | ClientError::Cancelled { intent_id, .. }
+            | ClientError::ClusterUnavailable { intent_id, .. }
+            | ClientError::Cluster { intent_id, .. }
+            | ClientError::InvalidArgument { intent_id, .. } => {
+                intent_id.get_or_insert_with(|| id.to_owned());
+            }
+        }
+        self
+    }
+
     /// The one-line message for the model (the `Display` text).
     pub fn model_message(&self) -> String {
         self.to_string()
@@ -245,6 +317,7 @@ impl ClientError {
     /// Builds a mapper from a core validation error for `field`.
     pub(crate) fn invalid(field: &'static str) -> impl Fn(fusebox_core::CoreError) -> ClientError {
         move |e| ClientError::InvalidArgument {
+            intent_id: None,
             field: field.to_owned(),
             message: e.to_string(),
         }
@@ -282,12 +355,15 @@ fn whole(whole_server: bool, server: &str) -> String {
     }
 }
 
-fn degraded_note(degraded: bool) -> &'static str {
-    if degraded {
-        " (decided locally: the breaker service is unreachable)"
-    } else {
-        ""
+fn evidence_note(evidence: Evidence) -> String {
+    match evidence {
+        Evidence::Fresh => String::new(),
+        other => format!(" (decided {})", other.describe()),
     }
+}
+
+fn intent_note(intent_id: Option<&str>) -> String {
+    intent_id.map_or_else(String::new, |id| format!(" (intent {id})"))
 }
 
 fn timeout_advice(layer: Layer) -> &'static str {

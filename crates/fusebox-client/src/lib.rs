@@ -71,7 +71,7 @@ mod write;
 
 pub use client::Client;
 pub use config::ClientConfig;
-pub use decision::Decision;
+pub use decision::{Decision, Evidence};
 pub use env::{ClientEnv, Clock};
 pub use error::{ClientError, Forced, Layer};
 pub use journey::Journey;

@@ -123,7 +123,24 @@ impl Client {
     /// Runs a write through the ledger (see the module essay). `f` is
     /// called only after a `started` answer; `ctx.idempotency_key` carries
     /// the key to send to the backend.
+    ///
+    /// Every error names the journey's intent id, for the user to quote.
     pub async fn write<F, Fut>(
+        &self,
+        journey: &Journey,
+        request: &WriteRequest,
+        f: F,
+    ) -> Result<WriteOutput, ClientError>
+    where
+        F: FnMut(CallContext) -> Fut,
+        Fut: Future<Output = Result<WriteSuccess, ToolFailure>>,
+    {
+        self.write_guarded(journey, request, f)
+            .await
+            .map_err(|e| e.in_intent(journey.intent_id()))
+    }
+
+    async fn write_guarded<F, Fut>(
         &self,
         journey: &Journey,
         request: &WriteRequest,
@@ -198,6 +215,7 @@ impl Client {
                 Settled::Ambiguous { reason } => {
                     bump(&self.inner.metrics.writes_ambiguous);
                     return Err(ClientError::AmbiguousOutcome {
+                        intent_id: None,
                         tool: tool.tool().to_owned(),
                         key: request.key.clone(),
                         attempt_id,
@@ -237,6 +255,7 @@ impl Client {
         attempts: u32,
     ) -> ClientError {
         ClientError::ToolFailed {
+            intent_id: None,
             tool: tool.tool().to_owned(),
             class,
             message,
@@ -355,6 +374,7 @@ impl Client {
             }),
             Some(Begun::Completed(c)) => replay(tool, key, c.record),
             Some(Begun::InProgress(p)) => Err(ClientError::InProgress {
+                intent_id: None,
                 tool,
                 key,
                 holder_attempt_id: p.holder_attempt_id,
@@ -362,10 +382,15 @@ impl Client {
                     .lease_until_ms
                     .saturating_sub(self.wall_clock().as_millis()),
             }),
-            Some(Begun::Mismatch(_)) => Err(ClientError::Mismatch { tool, key }),
+            Some(Begun::Mismatch(_)) => Err(ClientError::Mismatch {
+                tool,
+                key,
+                intent_id: None,
+            }),
             Some(Begun::Ambiguous(a)) => {
                 let record = a.record.unwrap_or_default();
                 Err(ClientError::AmbiguousOutcome {
+                    intent_id: None,
                     tool,
                     key,
                     attempt_id: record.attempt_id,
@@ -375,6 +400,7 @@ impl Client {
                 })
             }
             None => Err(ClientError::Cluster {
+                intent_id: None,
                 operation: "ledger_begin",
                 code: tonic::Code::Internal,
                 error_code: None,
@@ -387,12 +413,14 @@ impl Client {
     fn begin_refused(&self, tool: &ToolRef, e: ClientError) -> ClientError {
         match e {
             ClientError::Cluster {
+                intent_id: None,
                 error_code: Some(code),
                 message,
                 ..
             } if code == pb::ErrorCode::WritesBlocked as i32 => {
                 bump(&self.inner.metrics.writes_blocked);
                 ClientError::WritesBlocked {
+                    intent_id: None,
                     tool: tool.tool().to_owned(),
                     reason: message,
                 }
@@ -529,6 +557,7 @@ fn replay(
         })
         .unwrap_or_else(|_| "unknown".to_owned());
     Err(ClientError::WriteNotReplayable {
+        intent_id: None,
         tool,
         key,
         status,

@@ -126,6 +126,8 @@ async fn four_timeouts_on_one_replica_open_the_breaker_for_every_replica() {
             other => panic!("expected circuit_open, got {other}"),
         }
         assert_eq!(err.kind(), "circuit_open");
+        assert_eq!(err.intent_id(), Some("turn-1"), "{err}");
+        assert!(err.to_string().ends_with("(intent turn-1)"), "{err}");
         assert!(err
             .to_string()
             .contains("tax_lookup is unavailable for about"));

@@ -10,7 +10,9 @@
 
 mod support;
 
-use fusebox_client::{Admission, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef};
+use fusebox_client::{
+    Admission, ClientError, Evidence, Journey, OutcomeClass, ToolFailure, ToolRef,
+};
 use std::time::Duration;
 use support::{connected, test_config, wait_for, Proxy, TestCluster};
 
@@ -253,8 +255,26 @@ open_ms = 6000
         .await
         .unwrap_err();
     assert_eq!(err.kind(), "circuit_open", "{err}");
+    // The refusal says it came from the fleet's last view, how old, and
+    // which journey it ended.
+    match &err {
+        ClientError::CircuitOpen { evidence, .. } => {
+            assert!(matches!(evidence, Evidence::Cached { .. }), "{err}")
+        }
+        other => panic!("expected circuit_open, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("from the fleet's view as it was") && text.contains("(intent cut-off)"),
+        "{text}"
+    );
+    assert_eq!(err.intent_id(), Some("cut-off"));
     let decision = client.admit(&healthy);
     assert!(decision.degraded && decision.allows(), "{decision:?}");
+    assert!(
+        matches!(decision.evidence, Evidence::Local { .. }),
+        "the healthy tool is judged by this replica alone: {decision:?}"
+    );
 
     tracing::info!("the tripped tool's OPEN period ends (6 s, judged 2 s late); then it is local");
     wait_for(

@@ -215,6 +215,7 @@ async fn an_idempotent_write_is_replayed_from_the_ledger() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), "mismatch");
+    assert_eq!(err.intent_id(), Some("intent-7"), "{err}");
     client.close().await;
     cluster.shutdown().await;
 }
@@ -244,6 +245,7 @@ async fn the_kill_switch_blocks_writes_and_reads_go_on() {
         ClientError::WritesBlocked { reason, .. } => assert_eq!(reason, "deploy freeze"),
         other => panic!("expected writes_blocked, got {other}"),
     }
+    assert!(err.to_string().ends_with("(intent intent-7)"), "{err}");
     let read = ToolRef::new("jobs", "get_job").unwrap();
     let out = client
         .call(&journey(), &read, |_| async {
