@@ -401,6 +401,13 @@ async fn tools_are_imported_judged_observed_penalized_and_disclosed() {
     let file = dir.path().join("tools-list.json");
     std::fs::write(&file, serde_json::to_string_pretty(&manifest()).unwrap()).unwrap();
     let file = file.to_string_lossy().into_owned();
+    // The fleet keeps latency over a day: a disclosure states whole days.
+    let policy = dir.path().join("day-window.toml");
+    std::fs::write(&policy, "[latency]\nwindow_ms = 86400000\n").unwrap();
+    let policy = policy.to_string_lossy().into_owned();
+    let args = ["policy", "apply", policy.as_str(), "--ns", NS];
+    let run = fusebox(&addr, &args).await;
+    expect_code(&run, 0, &args);
     let import = [
         "tools",
         "import",
@@ -558,6 +565,8 @@ async fn tools_are_imported_judged_observed_penalized_and_disclosed() {
     let run = fusebox(&addr, &args).await;
     expect_code(&run, 0, &args);
     let value: Value = serde_json::from_str(&run.stdout).expect("a JSON block");
+    let method = value["x_fusebox_measurement"].as_str().unwrap_or_default();
+    assert!(method.starts_with("client-side"), "{value}");
     let block = LatencyDisclosure::from_json(&value).expect("the block parses");
     let assessment = assess(&block, Timestamp::from_millis(wall_ms()));
     assert!(

@@ -3,7 +3,8 @@
 
 use crate::tool::ToolRef;
 use fusebox_core::breaker::{BreakerKey, BreakerState, BreakerView};
-use fusebox_core::disclosure::{format_utc, LatencyDisclosure};
+use fusebox_core::disclosure::LatencyDisclosure;
+use fusebox_core::limits::DISCLOSURE_BLOCK_BYTES_MAX;
 use fusebox_core::policy::{EffectClass, PolicyDocument, PolicyFormat, Scope};
 use fusebox_core::{BackendName, Namespace, OutcomeClass, ServerName, Timestamp, ToolName};
 use fusebox_proto::v1 as pb;
@@ -162,30 +163,14 @@ pub(crate) fn policy_from_proto(version: &pb::PolicyVersion) -> Option<PolicyDoc
     }
 }
 
-/// The wire's disclosure as the spec's block, so the core's rules judge it.
-///
-/// The wire form (v1 placeholder) has no schema version, window width or
-/// degradation-mode details; the block gets version `1.0`, a one-day window
-/// and no modes, none of which the deadline depends on.
-pub(crate) fn disclosure_from_proto(d: &pb::LatencyDisclosure) -> LatencyDisclosure {
-    LatencyDisclosure {
-        version: "1.0".to_owned(),
-        observed_at: format_utc(Timestamp::from_millis(d.measured_at_ms)),
-        measurement_window_days: 1,
-        sample_size: d.sample_size,
-        region: None,
-        p50_ms: d.p50_ms,
-        p95_ms: d.p95_ms,
-        p99_ms: d.p99_ms,
-        cold_start_ms: None,
-        timeout_ms: d.timeout_ms,
-        idempotent: d.idempotent,
-        retry_safe: d.retry_safe,
-        streaming: d.ttfb_ms.is_some(),
-        time_to_first_byte_ms: d.ttfb_ms,
-        degradation_modes: Vec::new(),
-        methodology_url: None,
+/// The block a node sent, read from its spec JSON with the core's reader;
+/// `None` when the node sent none (an older node) or it does not read as
+/// one: the replica then goes by its policy rather than by made-up fields.
+pub(crate) fn disclosure_from_proto(d: &pb::LatencyDisclosure) -> Option<LatencyDisclosure> {
+    if d.block_json.is_empty() || d.block_json.len() > DISCLOSURE_BLOCK_BYTES_MAX {
+        return None;
     }
+    LatencyDisclosure::from_json_text(&d.block_json).ok()
 }
 
 #[cfg(test)]
@@ -252,6 +237,38 @@ mod tests {
                 would_reject: false
             }
         );
+    }
+
+    #[test]
+    fn a_disclosure_arrives_whole_or_not_at_all() {
+        let text = r#"{"version": "1.2", "observed_at": "2026-11-30T00:00:00Z",
+            "measurement_window_days": 30, "sample_size": 5000, "region": "eu-west-1",
+            "p50_ms": 100, "p95_ms": 400, "p99_ms": 900, "timeout_ms": 5000,
+            "idempotent": true, "retry_safe": true, "streaming": false,
+            "time_to_first_byte_ms": null,
+            "degradation_modes": [{"trigger": "rate_limited", "expected_p95_ms": 2000,
+                                   "behavior": "answers 429; back off 1 s"}],
+            "methodology_url": "https://example.com/m"}"#;
+        let wire = pb::LatencyDisclosure {
+            p95_ms: 400,
+            block_json: text.to_owned(),
+            ..Default::default()
+        };
+        let block = disclosure_from_proto(&wire).expect("the block reads");
+        assert_eq!(block, LatencyDisclosure::from_json_text(text).unwrap());
+        assert_eq!(
+            (block.version.as_str(), block.measurement_window_days),
+            ("1.2", 30)
+        );
+        assert_eq!(block.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(block.degradation_modes.len(), 1);
+        assert!(block.methodology_url.is_some());
+        // Without the block (an older node), nothing is made up.
+        let bare = pb::LatencyDisclosure {
+            p95_ms: 400,
+            ..Default::default()
+        };
+        assert_eq!(disclosure_from_proto(&bare), None);
     }
 
     #[test]

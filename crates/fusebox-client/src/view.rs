@@ -528,12 +528,15 @@ fn set_disclosure(data: &mut Data, d: &pb::ToolDisclosure) -> bool {
         };
         data.latency.insert(key.clone(), latency);
     }
-    match &d.disclosed {
+    match d
+        .disclosed
+        .as_ref()
+        .and_then(convert::disclosure_from_proto)
+    {
         Some(block)
             if data.disclosures.len() < DISCLOSURES_MAX || data.disclosures.contains_key(&key) =>
         {
-            data.disclosures
-                .insert(key, convert::disclosure_from_proto(block));
+            data.disclosures.insert(key, block);
         }
         Some(_) => {}
         None => {

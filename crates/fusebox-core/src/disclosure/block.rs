@@ -150,6 +150,21 @@ impl LatencyDisclosure {
         })
     }
 
+    /// Reads a block from JSON text (as a node sends it to replicas), with
+    /// [`LatencyDisclosure::from_json`]'s checks; text that is not JSON is
+    /// one problem.
+    pub fn from_json_text(text: &str) -> Result<Self, Vec<DisclosureProblem>> {
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            let message = format!("latencyDisclosure is not JSON: {e}");
+            vec![DisclosureProblem::new(
+                DisclosureRule::FieldType,
+                "",
+                message,
+            )]
+        })?;
+        Self::from_json(&value)
+    }
+
     /// Reads the block from an MCP tool's `annotations` object: `None` when
     /// the tool discloses nothing, otherwise what [`Self::from_json`] says.
     pub fn from_mcp_annotations(

@@ -207,8 +207,9 @@ impl ToolRegistry {
     /// the tool's effect class (an idempotent effect is retry safe). The
     /// timeout is `timeout_ms`, else the stored disclosure's, else the
     /// policy's; [`emit_disclosure`] raises it above p99 × 1.2 if needed.
-    /// `measurement_window_days` is the namespace's window rounded up to
-    /// whole days (the spec's unit): 1 for the default 10-minute window.
+    /// `measurement_window_days` is the namespace's window in days (the
+    /// spec's unit); a window that is not whole days (the default is 10
+    /// minutes) is refused rather than rounded up into a false claim.
     pub fn emit(
         &self,
         id: &ToolId,
@@ -245,8 +246,25 @@ impl ToolRegistry {
         let timeout_ms = timeout_ms
             .or(stored.map(|b| b.timeout_ms))
             .unwrap_or_else(|| document.tool_policy(&id.server, &id.tool).timeout_ms);
-        let window_days = document.observation_window_ms().div_ceil(DAY_MS);
-        emit_disclosure(&observed, window_days, now, timeout_ms, &facts)
+        // The spec states the window in whole days; rounding a shorter
+        // window up would claim a day of evidence the fleet does not have.
+        // The window the samples were kept in (a policy change starts a new
+        // one only at the next sample).
+        let window_ms = self
+            .observed
+            .get(id)
+            .map_or_else(|| document.observation_window_ms(), |w| w.window_ms());
+        if !window_ms.is_multiple_of(DAY_MS) {
+            return Err(CoreError::invalid(
+                "measurement_window",
+                format!(
+                    "the fleet observes latency over a {window_ms} ms window, and a disclosure \
+                     states its window in whole days (the spec recommends 7 or 30); set \
+                     [latency] window_ms = {DAY_MS} (one day, the widest) to emit one"
+                ),
+            ));
+        }
+        emit_disclosure(&observed, window_ms / DAY_MS, now, timeout_ms, &facts)
     }
 
     /// The tools penalized now: time alone may clear them, as their slow

@@ -77,6 +77,12 @@ fn is_known(state: &SharedStateMachine, id: &ToolId) -> bool {
 }
 
 /// The emitted block, or why there is none.
+/// The extension field an emitted block states its method in.
+const MEASUREMENT_FIELD: &str = "x_fusebox_measurement";
+/// How the fleet measured what an emitted block discloses.
+const MEASUREMENT_METHOD: &str = "client-side: wall-clock at the calling agents from request \
+    sent to response received, network included; calls that timed out are excluded";
+
 fn emit(
     state: &SharedStateMachine,
     id: &ToolId,
@@ -99,7 +105,17 @@ fn emit(
         }
         Err(other) => return Err(status::from_core(&other)),
     };
-    let block_json = serde_json::to_string_pretty(&block)
+    // The spec's percentiles are server-side; these are the fleet's own
+    // observations. Readers ignore unknown fields, so the block says so in
+    // one of its own.
+    let mut value = block.to_json();
+    if let Some(fields) = value.as_object_mut() {
+        fields.insert(
+            MEASUREMENT_FIELD.to_owned(),
+            serde_json::Value::String(MEASUREMENT_METHOD.to_owned()),
+        );
+    }
+    let block_json = serde_json::to_string_pretty(&value)
         .map_err(|e| Status::internal(format!("encoding the block failed: {e}")))?;
     Ok(pb::EmitDisclosureResponse {
         block_json,

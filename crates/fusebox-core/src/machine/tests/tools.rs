@@ -390,10 +390,19 @@ fn an_emitted_block_parses_back_and_passes_validation() {
         &import_command(vec![import("search", read_only(), Some(block(1, 720)))]),
         now(),
     );
+    let id = id("search");
+    // Observed over the default 10-minute window, which is not whole days:
+    // no block claims a day of evidence.
+    sm.apply(&report("search", 300, 10), now());
+    let short = PolicyDocument::default();
+    let refused = sm.tools().emit(&id, &short, None, now()).unwrap_err();
+    assert!(refused.to_string().contains("whole days"), "{refused}");
+    // Kept over a day, it is disclosed as one.
+    let day = "[latency]\nwindow_ms = 86400000\n";
+    let document = PolicyDocument::parse(day, PolicyFormat::Toml).unwrap();
+    apply_policy(&mut sm, day);
     sm.apply(&report("search", 300, 1_000), now());
     sm.apply(&report("search", 900, 100), now());
-    let id = id("search");
-    let document = PolicyDocument::default();
     let block = sm.tools().emit(&id, &document, None, now()).unwrap();
     let text = serde_json::to_string(&block).unwrap();
     let back =

@@ -97,6 +97,7 @@ pub fn disclosure_to_proto(block: &LatencyDisclosure) -> pb::LatencyDisclosure {
             .iter()
             .map(|m| m.trigger.clone())
             .collect(),
+        block_json: block.to_json().to_string(),
     }
 }
 
