@@ -265,6 +265,9 @@ impl Client {
             ),
             OnPartition::FailOpenLocal if held => (cached.admission, cached.forced),
             OnPartition::FailOpenLocal => {
+                if let Some(replicas) = view.fleet_replicas() {
+                    self.inner.local.learn_fleet(replicas);
+                }
                 let ns = &self.inner.config.namespace;
                 let local = self.inner.local.admit(
                     &server_key(ns, tool),

@@ -89,7 +89,9 @@ pub struct ClientConfig {
     /// it covers.
     pub write_lease_margin_ms: u64,
     /// Replicas in the fleet, to scale the local fallback breaker's
-    /// window thresholds (`minimum_calls`) to what one replica sees.
+    /// window thresholds (`minimum_calls`) to what one replica sees, until
+    /// the cluster reports the fleet's size (distinct replicas that
+    /// reported in the last hour, in every watch heartbeat), which wins.
     pub fleet_replicas: u32,
     /// TLS to the cluster: the CA that signed the nodes' certificates and,
     /// for mutual TLS, this replica's certificate and key (none: plaintext,

@@ -5,8 +5,9 @@
 //! guarded by a [`Breaker`] per key fed with its own outcomes only. The
 //! policy is scaled to one replica: `min_reporters` becomes 1 (this replica
 //! is the only reporter), a window's `minimum_calls` is divided by the
-//! fleet size (one replica sees its share of the calls), and one probe at a
-//! time. A consecutive-failures trip is kept as it is: a streak seen by one
+//! fleet size (one replica sees its share of the calls: the size the
+//! cluster last reported, distinct replicas that reported in the last hour,
+//! else the configured `fleet_replicas`), and one probe at a time. A consecutive-failures trip is kept as it is: a streak seen by one
 //! replica is as telling as one seen by the fleet.
 //!
 //! These breakers are fed on every call, not only during a partition, so
@@ -21,6 +22,7 @@ use fusebox_core::breaker::{
 use fusebox_core::policy::{BreakerPolicy, Trip};
 use fusebox_core::{Namespace, OutcomeClass, ReplicaId, Timestamp, Verdict};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// A local probe permit: the breaker it belongs to and its fencing values.
@@ -35,7 +37,11 @@ pub(crate) struct LocalPermit {
 #[derive(Debug)]
 pub(crate) struct LocalBreakers {
     replica: ReplicaId,
-    fleet_replicas: u32,
+    /// The fleet size the configuration gives, used until the cluster
+    /// reports one.
+    configured_fleet: u32,
+    /// The fleet size the cluster last reported (0: none yet).
+    reported_fleet: AtomicU32,
     breakers: Mutex<HashMap<BreakerKey, Breaker>>,
 }
 
@@ -55,8 +61,24 @@ impl LocalBreakers {
     pub(crate) fn new(replica: ReplicaId, fleet_replicas: u32) -> Self {
         LocalBreakers {
             replica,
-            fleet_replicas,
+            configured_fleet: fleet_replicas,
+            reported_fleet: AtomicU32::new(0),
             breakers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes the fleet size the cluster reported (distinct recent
+    /// reporters): thresholds scale by it from now on.
+    pub(crate) fn learn_fleet(&self, replicas: u32) {
+        self.reported_fleet.store(replicas, Ordering::Relaxed);
+    }
+
+    /// The fleet size thresholds are scaled by: the cluster's word when it
+    /// gave one, else the configuration's.
+    fn fleet(&self) -> u32 {
+        match self.reported_fleet.load(Ordering::Relaxed) {
+            0 => self.configured_fleet,
+            n => n,
         }
     }
 
@@ -75,8 +97,8 @@ impl LocalBreakers {
         now: Timestamp,
     ) -> Admission {
         let (sp, tp) = (
-            scaled(server_policy, self.fleet_replicas),
-            scaled(tool_policy, self.fleet_replicas),
+            scaled(server_policy, self.fleet()),
+            scaled(tool_policy, self.fleet()),
         );
         self.with(|map| {
             let view = |map: &mut HashMap<BreakerKey, Breaker>, key: &BreakerKey, p| match map
@@ -104,8 +126,8 @@ impl LocalBreakers {
         now: Timestamp,
     ) {
         let (server_key, tool_key) = keys;
-        let sp = scaled(policies.0, self.fleet_replicas);
-        let tp = scaled(policies.1, self.fleet_replicas);
+        let sp = scaled(policies.0, self.fleet());
+        let tp = scaled(policies.1, self.fleet());
         let tool_verdict = class.verdict(tp.rate_limited_is_failure);
         let server_verdict = class.server_verdict();
         self.with(|map| {
@@ -138,7 +160,7 @@ impl LocalBreakers {
         policy: &BreakerPolicy,
         now: Timestamp,
     ) -> Option<LocalPermit> {
-        let p = scaled(policy, self.fleet_replicas);
+        let p = scaled(policy, self.fleet());
         self.with(|map| {
             let breaker = map.get_mut(key)?;
             match breaker.acquire_probe(&p, now, &self.replica) {
@@ -164,7 +186,7 @@ impl LocalBreakers {
         class: OutcomeClass,
         now: Timestamp,
     ) {
-        let p = scaled(policy, self.fleet_replicas);
+        let p = scaled(policy, self.fleet());
         let verdict = class.verdict(p.rate_limited_is_failure);
         self.with(|map| {
             if let Some(b) = map.get_mut(&permit.key) {
@@ -205,6 +227,41 @@ mod tests {
             panic!("trip kind changed")
         };
         assert_eq!(w.minimum_calls, 2);
+    }
+
+    #[test]
+    fn the_fleet_size_the_cluster_reports_wins_over_the_configured_one() {
+        let (ns, tool, replica) = names();
+        // Configured as a fleet of one: a window needs 20 calls to trip.
+        let local = LocalBreakers::new(replica, 1);
+        let sk = server_key(&ns, &tool);
+        let tk = BreakerKey::tool(ns, tool.server.clone(), tool.tool.clone());
+        let p = BreakerPolicy {
+            trip: Trip::SlidingWindow(WindowPolicy {
+                minimum_calls: 20,
+                ..WindowPolicy::default()
+            }),
+            ..BreakerPolicy::default()
+        };
+        let now = Timestamp(1_000);
+        let fail = |n: usize| {
+            for _ in 0..n {
+                local.record((&sk, &tk), (&p, &p), OutcomeClass::ToolError, 5, now);
+            }
+        };
+        fail(5);
+        assert!(matches!(
+            local.admit(&sk, &tk, &p, &p, now),
+            Admission::Allow { .. }
+        ));
+        // The cluster says ten replicas report: this one sees a tenth of
+        // the calls, so two failing calls are as telling as twenty.
+        local.learn_fleet(10);
+        fail(1);
+        assert!(matches!(
+            local.admit(&sk, &tk, &p, &p, now),
+            Admission::Reject { .. }
+        ));
     }
 
     #[test]

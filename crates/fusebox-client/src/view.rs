@@ -25,7 +25,7 @@ use fusebox_core::{Namespace, ServerName, Timestamp};
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::watch_event::Event;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use tokio::time::Instant;
 
@@ -50,6 +50,10 @@ pub struct ViewStatus {
     pub writes_blocked: bool,
     /// Breakers tracked (not an untouched CLOSED one).
     pub breakers: usize,
+    /// The fleet's size as the cluster last reported it (distinct replicas
+    /// that reported in the last hour); `None` before the first heartbeat
+    /// that carried one.
+    pub fleet_replicas: Option<u32>,
 }
 
 /// The write kill switch as the view holds it.
@@ -133,6 +137,8 @@ pub(crate) struct LocalView {
     closed: BreakerView,
     epoch: Instant,
     last_event_ms: AtomicU64,
+    /// The fleet's size as the cluster last reported it (0: not yet).
+    fleet_replicas: AtomicU32,
     connected: AtomicBool,
     disconnected_at_ms: AtomicU64,
     stale_after_ms: u64,
@@ -172,6 +178,7 @@ impl LocalView {
             closed,
             epoch: Instant::now(),
             last_event_ms: AtomicU64::new(NEVER),
+            fleet_replicas: AtomicU32::new(0),
             connected: AtomicBool::new(false),
             disconnected_at_ms: AtomicU64::new(0),
             stale_after_ms,
@@ -231,6 +238,7 @@ impl LocalView {
             policy_version: read(&self.policies).version,
             writes_blocked: data.kill_switch.writes_blocked,
             breakers: data.breakers,
+            fleet_replicas: self.fleet_replicas(),
         }
     }
 
@@ -325,6 +333,15 @@ impl LocalView {
             .is_some_and(|g| g.contains(&other.server, &other.tool))
     }
 
+    /// The fleet's size as the cluster last reported it (distinct recent
+    /// reporters), if it has.
+    pub(crate) fn fleet_replicas(&self) -> Option<u32> {
+        match self.fleet_replicas.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
     /// The effective policy of a server's own breaker.
     pub(crate) fn server_breaker_policy(&self, tool: &ToolRef) -> BreakerPolicy {
         read(&self.policies).document.server_breaker(&tool.server)
@@ -402,7 +419,11 @@ impl LocalView {
                     forget_resolved(&mut write(&self.policies));
                 }
             }
-            Event::ResyncRequired(_) | Event::Heartbeat(_) => {}
+            Event::Heartbeat(beat) => {
+                self.fleet_replicas
+                    .store(beat.fleet_replicas, Ordering::Release);
+            }
+            Event::ResyncRequired(_) => {}
         }
         data.revision = Some(
             data.revision

@@ -156,6 +156,22 @@ async fn four_timeouts_on_one_replica_open_the_breaker_for_every_replica() {
         learned_in_ms = learned_in.as_millis() as u64,
         "fleet learned of the trip"
     );
+
+    tracing::info!("every replica reported: the next heartbeats tell each the fleet's size");
+    for client in &replicas {
+        client.flush_reports();
+    }
+    for (i, client) in replicas.iter().enumerate() {
+        wait_for(
+            &format!("replica {i} to learn the fleet is four"),
+            Duration::from_secs(20),
+            || {
+                let size = client.view_status().fleet_replicas;
+                async move { (size == Some(4)).then_some(()) }
+            },
+        )
+        .await;
+    }
     for client in replicas {
         client.close().await;
     }

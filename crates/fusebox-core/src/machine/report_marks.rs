@@ -86,6 +86,19 @@ impl ReportMarks {
                 .all(|(at, who)| self.marks.get(who).is_some_and(|(_, noted)| noted == at))
     }
 
+    /// How many replicas of `ns` reported a numbered batch within
+    /// [`REPORT_MARK_IDLE_MS`] (the fleet's size as the cluster sees it).
+    pub(super) fn reporters_in(&self, ns: &Namespace) -> usize {
+        // "!" is the smallest name a replica may have.
+        let Ok(first) = ReplicaId::new("!") else {
+            return 0;
+        };
+        self.marks
+            .range((ns.clone(), first)..)
+            .take_while(|((n, _), _)| n == ns)
+            .count()
+    }
+
     /// How many replicas have a mark.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -119,6 +132,23 @@ mod tests {
         marks.note(&ns(), &r("a"), 0, Timestamp(2));
         assert!(!marks.is_repeat(&ns(), &r("a"), 0));
         assert_eq!(marks.len(), 1);
+    }
+
+    #[test]
+    fn reporters_are_counted_per_namespace_until_they_go_idle() {
+        let mut marks = ReportMarks::default();
+        let other = Namespace::new("nt").unwrap();
+        let before = Namespace::new("nr").unwrap();
+        for (i, name) in ["!", "a", "z~"].iter().enumerate() {
+            marks.note(&ns(), &r(name), 1, Timestamp(i as u64));
+        }
+        marks.note(&other, &r("a"), 1, Timestamp(0));
+        marks.note(&before, &r("a"), 1, Timestamp(0));
+        assert_eq!(marks.reporters_in(&ns()), 3);
+        assert_eq!(marks.reporters_in(&other), 1);
+        assert_eq!(marks.reporters_in(&Namespace::new("empty").unwrap()), 0);
+        marks.expire(Timestamp(REPORT_MARK_IDLE_MS + 1), usize::MAX);
+        assert_eq!(marks.reporters_in(&ns()), 1, "only the last one is recent");
     }
 
     #[test]

@@ -94,6 +94,13 @@ impl<L: LedgerStore> StateMachine<L> {
         self.fleet.namespaces.iter()
     }
 
+    /// Distinct replicas of `ns` that reported outcomes within the last
+    /// hour (`REPORT_MARK_IDLE_MS`): the fleet size replicas scale their
+    /// local fallback breakers by.
+    pub fn fleet_replicas(&self, ns: &Namespace) -> u32 {
+        u32::try_from(self.fleet.report_marks.reporters_in(ns)).unwrap_or(u32::MAX)
+    }
+
     /// The ledger.
     pub fn ledger(&self) -> &L {
         &self.ledger

@@ -260,10 +260,20 @@ impl<B: Backend> Pump<B> {
         if let Some(why) = self.gateway.backend().out_of_touch() {
             return self.fail(out_of_touch(&why)).await;
         }
+        let ns = self.namespace.clone();
+        let fleet_replicas = match self
+            .gateway
+            .read_local(move |state| state.fleet_replicas(&ns))
+            .await
+        {
+            Ok(n) => n,
+            Err(status) => return self.fail(status).await,
+        };
         let beat = pb::WatchEvent {
             revision: self.last_sent,
             event: Some(Event::Heartbeat(pb::WatchHeartbeat {
                 at_ms: self.gateway.backend().now_ms(),
+                fleet_replicas,
             })),
         };
         self.send(beat).await?;
