@@ -42,10 +42,31 @@ use tonic::transport::{Channel, Endpoint};
 /// (the server's own deadline is 30 s).
 pub const MEMBERSHIP_CALL_TIMEOUT: Duration = Duration::from_secs(40);
 
-/// Picks a free loopback port (bound then released).
+/// Ports handed out below the kernel's ephemeral range (32768 and up on
+/// Linux), so no outgoing connection or `bind(0)` of any process can take
+/// one between the check here and the node binding it. Each test binary
+/// starts at its own offset (its process id) and counts up.
+static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+const PORTS_FIRST: u32 = 20_000;
+const PORTS_SPAN: u32 = 12_000;
+
+/// Picks a free loopback port: the next one below the ephemeral range that
+/// can be bound now (then released for the node to bind).
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
+    use std::sync::atomic::Ordering;
+    let offset = std::process::id() * 97 % PORTS_SPAN;
+    for _ in 0..PORTS_SPAN {
+        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = PORTS_FIRST + (offset + n) % PORTS_SPAN;
+        let port = u16::try_from(port).expect("below 32768");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!(
+        "no free loopback port between {PORTS_FIRST} and {}",
+        PORTS_FIRST + PORTS_SPAN
+    )
 }
 
 /// One node of a test cluster.

@@ -40,6 +40,29 @@ impl fmt::Display for Layer {
     }
 }
 
+/// The `intent_id` slot of the variants stamped at the journey's entry
+/// points (`Timeout` and `BudgetExhausted` are made with their id): one list
+/// of variants for reading and for stamping.
+macro_rules! stamped_intent {
+    ($error:expr) => {
+        match $error {
+            ClientError::CircuitOpen { intent_id, .. }
+            | ClientError::WritesBlocked { intent_id, .. }
+            | ClientError::InProgress { intent_id, .. }
+            | ClientError::AmbiguousOutcome { intent_id, .. }
+            | ClientError::Mismatch { intent_id, .. }
+            | ClientError::WriteNotReplayable { intent_id, .. }
+            | ClientError::PartitionFailClosed { intent_id, .. }
+            | ClientError::ToolFailed { intent_id, .. }
+            | ClientError::Cancelled { intent_id, .. }
+            | ClientError::ClusterUnavailable { intent_id, .. }
+            | ClientError::Cluster { intent_id, .. }
+            | ClientError::InvalidArgument { intent_id, .. } => Some(intent_id),
+            ClientError::Timeout { .. } | ClientError::BudgetExhausted { .. } => None,
+        }
+    };
+}
+
 /// Everything that can stop a tool call, worded for the model.
 #[derive(Debug, Error)]
 pub enum ClientError {
@@ -272,39 +295,14 @@ impl ClientError {
         match self {
             ClientError::Timeout { intent_id, .. }
             | ClientError::BudgetExhausted { intent_id, .. } => Some(intent_id),
-            ClientError::CircuitOpen { intent_id, .. }
-            | ClientError::WritesBlocked { intent_id, .. }
-            | ClientError::InProgress { intent_id, .. }
-            | ClientError::AmbiguousOutcome { intent_id, .. }
-            | ClientError::Mismatch { intent_id, .. }
-            | ClientError::WriteNotReplayable { intent_id, .. }
-            | ClientError::PartitionFailClosed { intent_id, .. }
-            | ClientError::ToolFailed { intent_id, .. }
-            | ClientError::Cancelled { intent_id, .. }
-            | ClientError::ClusterUnavailable { intent_id, .. }
-            | ClientError::Cluster { intent_id, .. }
-            | ClientError::InvalidArgument { intent_id, .. } => intent_id.as_deref(),
+            other => stamped_intent!(other).and_then(|id| id.as_deref()),
         }
     }
 
     /// The error, stamped with the journey it ended (kept if already set).
     pub(crate) fn in_intent(mut self, id: &str) -> ClientError {
-        match &mut self {
-            ClientError::Timeout { .. } | ClientError::BudgetExhausted { .. } => {}
-            ClientError::CircuitOpen { intent_id, .. }
-            | ClientError::WritesBlocked { intent_id, .. }
-            | ClientError::InProgress { intent_id, .. }
-            | ClientError::AmbiguousOutcome { intent_id, .. }
-            | ClientError::Mismatch { intent_id, .. }
-            | ClientError::WriteNotReplayable { intent_id, .. }
-            | ClientError::PartitionFailClosed { intent_id, .. }
-            | ClientError::ToolFailed { intent_id, .. }
-            | ClientError::Cancelled { intent_id, .. }
-            | ClientError::ClusterUnavailable { intent_id, .. }
-            | ClientError::Cluster { intent_id, .. }
-            | ClientError::InvalidArgument { intent_id, .. } => {
-                intent_id.get_or_insert_with(|| id.to_owned());
-            }
+        if let Some(slot) = stamped_intent!(&mut self) {
+            slot.get_or_insert_with(|| id.to_owned());
         }
         self
     }
