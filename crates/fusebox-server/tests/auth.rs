@@ -392,3 +392,16 @@ async fn a_flood_of_bad_tokens_is_slowed_by_address() {
     );
     node.node.shutdown().await;
 }
+
+#[tokio::test]
+async fn health_is_checked_without_credentials_but_never_watched() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let n = node().await;
+    let mut health = HealthClient::new(n.channel.clone());
+    let checked = health.check(HealthCheckRequest::default()).await;
+    assert!(checked.is_ok(), "{checked:?}");
+    // An open stream anyone could hold without credentials: refused.
+    let watched = health.watch(HealthCheckRequest::default()).await;
+    assert_eq!(watched.unwrap_err().code(), Code::PermissionDenied);
+}

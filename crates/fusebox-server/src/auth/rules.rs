@@ -93,9 +93,10 @@ pub const RULES: &[(&str, Rule)] = &[
     ("/fusebox.v1.Raft/Vote", Rule::Peer),
     ("/fusebox.v1.Raft/InstallSnapshot", Rule::Peer),
     ("/fusebox.v1.Raft/TransferLeader", Rule::Peer),
-    // Health.
+    // Health: `Check` only, which is what probes call (Kubernetes,
+    // grpc_health_probe). `Watch` would be an open stream anyone may hold
+    // with no credentials, so it has no rule and is refused.
     ("/grpc.health.v1.Health/Check", Rule::Public),
-    ("/grpc.health.v1.Health/Watch", Rule::Public),
 ];
 
 /// The rule for a call's path, if it has one.
