@@ -39,6 +39,16 @@ async fn build(state: &mut StateStore) -> fusebox_raft_store::Snapshot {
         .unwrap()
 }
 
+/// A store in `dir` with one applied entry and a snapshot of it.
+async fn with_a_snapshot(dir: &Path) -> (fusebox_raft_store::LogStore, StateStore) {
+    let (log, mut state) = open(dir, &support::me()).unwrap();
+    apply(&mut state, vec![normal(1, 1, kill_switch(true))])
+        .await
+        .unwrap();
+    build(&mut state).await;
+    (log, state)
+}
+
 /// Bytes received as a snapshot would be, into the store's own folder.
 fn received(state: &StateStore, bytes: &[u8]) -> SnapshotData {
     let mut sink = state.snapshot_sink().unwrap();
@@ -180,13 +190,7 @@ async fn corrupt_log_values_are_errors_and_reads_stay_in_range() {
 #[tokio::test]
 async fn corrupt_snapshot_stops_the_open() {
     let dir = TempDir::new().unwrap();
-    {
-        let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
-        apply(&mut state, vec![normal(1, 1, kill_switch(true))])
-            .await
-            .unwrap();
-        build(&mut state).await;
-    }
+    drop(with_a_snapshot(dir.path()).await);
     // A bit flipped inside the fleet, in the file's head.
     let files = snapshot_files(dir.path());
     let mut bytes = std::fs::read(&files[0]).unwrap();
@@ -519,11 +523,7 @@ async fn a_store_with_its_snapshot_inside_the_database_is_refused_by_name() {
 async fn leftover_files_are_removed_at_open() {
     let dir = TempDir::new().unwrap();
     {
-        let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
-        apply(&mut state, vec![normal(1, 1, kill_switch(true))])
-            .await
-            .unwrap();
-        build(&mut state).await;
+        let (_log, state) = with_a_snapshot(dir.path()).await;
         // A receive a crash interrupted, and a file no pointer names.
         std::mem::forget(state.snapshot_sink().unwrap());
     }
