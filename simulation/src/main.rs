@@ -10,6 +10,12 @@
 //! fresh process: a run leaves process-wide state behind (the second run of
 //! a seed in one process was seen to differ from the first; see decision
 //! 0005), so only a run that starts a process is what `--seed N` replays.
+//!
+//! The second run of a determinism check is slowed to about the wall
+//! clock's pace ([`WALL_CLOCK_DRAG`] per step): a run must not depend on
+//! how fast the machine runs it, and a run that read the wall clock
+//! somewhere (h2 did; decision 0005) then shows it here rather than only
+//! on a loaded CI machine.
 
 use clap::Parser;
 use fusebox_server::node::InjectedBugs;
@@ -50,7 +56,16 @@ struct Args {
     /// With `--seed`: print only the one-line summary (used by batches).
     #[arg(long)]
     summary_only: bool,
+    /// With `--seed`: sleep this long in wall-clock time after every
+    /// simulated step (the determinism check's second run uses 1 ms).
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
+    drag_us: u64,
 }
+
+/// How long the second run of a determinism check sleeps per step (one
+/// simulated millisecond), so it takes at least as much wall-clock time as
+/// it simulates.
+const WALL_CLOCK_DRAG: Duration = Duration::from_millis(1);
 
 /// One run's result, as a child process reports it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -131,6 +146,7 @@ fn options(args: &Args, seed: u64) -> RunOptions {
         bugs: InjectedBugs {
             skip_read_linearizer: args.inject_stale_reads,
         },
+        drag: Duration::from_micros(args.drag_us),
     }
 }
 
@@ -176,8 +192,21 @@ fn print_summary(s: &Summary) {
     }
 }
 
+/// How a child runs a seed: at full speed, or dragged to the wall clock's
+/// pace.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    Full,
+    Dragged,
+}
+
 /// Runs `seed` in a child process: its trace lines and summary.
-fn child(args: &Args, seed: u64, trace: bool) -> Result<(Vec<String>, Summary), String> {
+fn child(
+    args: &Args,
+    seed: u64,
+    trace: bool,
+    pace: Pace,
+) -> Result<(Vec<String>, Summary), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let mut command = Command::new(exe);
     command
@@ -194,6 +223,11 @@ fn child(args: &Args, seed: u64, trace: bool) -> Result<(Vec<String>, Summary), 
     }
     if !trace {
         command.arg("--summary-only");
+    }
+    if pace == Pace::Dragged {
+        command
+            .arg("--drag-us")
+            .arg(WALL_CLOCK_DRAG.as_micros().to_string());
     }
     let output = command
         .output()
@@ -217,9 +251,11 @@ fn child(args: &Args, seed: u64, trace: bool) -> Result<(Vec<String>, Summary), 
     Ok((lines, summary))
 }
 
-/// Runs `seed` twice, each in a fresh process, and compares the traces.
+/// Runs `seed` twice, each in a fresh process (the second dragged to the
+/// wall clock's pace), and compares the traces.
 fn determinism(args: &Args, seed: u64) -> bool {
-    let runs = child(args, seed, true).and_then(|a| Ok((a, child(args, seed, true)?)));
+    let runs = child(args, seed, true, Pace::Full)
+        .and_then(|a| Ok((a, child(args, seed, true, Pace::Dragged)?)));
     let ((first_trace, first), (second_trace, second)) = match runs {
         Ok(runs) => runs,
         Err(e) => {
@@ -232,7 +268,12 @@ fn determinism(args: &Args, seed: u64) -> bool {
     }
     print_summary(&first);
     if first.digest == second.digest {
-        println!("determinism: two runs of seed {seed} have the same trace digest");
+        println!(
+            "determinism: two runs of seed {seed} have the same trace digest \
+             (the second took {:.1} s of wall-clock time for {:.1} s simulated)",
+            second.took_ms as f64 / 1000.0,
+            second.simulated_ms as f64 / 1000.0
+        );
         return first.passed;
     }
     println!(
@@ -263,10 +304,10 @@ fn batch(args: &Args, seeds: Range<u64>) -> bool {
     let mut nondeterministic = Vec::new();
     let (mut simulated_ms, mut ledger_ops) = (0u64, 0usize);
     for (done, seed) in seeds.clone().enumerate() {
-        match child(args, seed, false) {
+        match child(args, seed, false, Pace::Full) {
             Ok((_, summary)) => {
                 if args.determinism {
-                    match child(args, seed, false) {
+                    match child(args, seed, false, Pace::Dragged) {
                         Ok((_, again)) if again.digest == summary.digest => {}
                         Ok(_) => nondeterministic.push(seed),
                         Err(e) => died.push(e),

@@ -37,6 +37,9 @@ pub struct RunOptions {
     pub replicas: u64,
     /// Bugs the nodes are told to have (none by default).
     pub bugs: InjectedBugs,
+    /// Wall-clock time slept after every step (none by default): a run
+    /// must give the same trace at any pace.
+    pub drag: Duration,
 }
 
 impl RunOptions {
@@ -48,6 +51,7 @@ impl RunOptions {
             nodes: 3,
             replicas: 4,
             bugs: InjectedBugs::default(),
+            drag: Duration::ZERO,
         }
     }
 }
@@ -149,6 +153,9 @@ pub fn run(options: &RunOptions) -> RunReport {
             }
         };
         steps += 1;
+        if !options.drag.is_zero() {
+            std::thread::sleep(options.drag);
+        }
         let now = ms(sim.elapsed());
         if world.phase.get() == Phase::Workload {
             while next < plan.len() && plan[next].at_ms <= now {
