@@ -2,8 +2,8 @@
 //! while a writer keeps beginning fresh ledger keys through varying nodes.
 //!
 //! Nodes 4 and 5 start with `--join` and are added with Cluster.AddMember;
-//! then the leader itself and one more original member are removed with
-//! Cluster.RemoveMember, so the two newcomers end up as a majority of the
+//! then the leader itself (which hands leadership over first) and one more
+//! original member are removed with Cluster.RemoveMember, so the two newcomers end up as a majority of the
 //! final three. After every step each member's status must list exactly the
 //! voters asked for. At the end every acknowledged key must be in every
 //! remaining member's own applied state, begun once by its first attempt,
@@ -16,6 +16,7 @@
 
 mod support;
 
+use fusebox_proto::v1::{MemberRole, RemoveMemberResponse};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use support::ledger::{
@@ -50,15 +51,40 @@ async fn add(cluster: &TestCluster, via: u64, id: u64, voters: &[u64]) {
     cluster.wait_voters(voters, &set(voters), WAIT).await;
 }
 
-/// Removes `id` through `via` and checks every remaining member agrees.
-async fn remove(cluster: &TestCluster, via: u64, id: u64, voters: &[u64]) {
-    let removed = cluster
+/// Cluster.RemoveMember of `id` through `via`, which must succeed at once.
+async fn removal(cluster: &TestCluster, via: u64, id: u64) -> RemoveMemberResponse {
+    cluster
         .remove_member(via, id)
         .await
-        .unwrap_or_else(|e| panic!("removing node {id} through {via}: {e}"));
+        .unwrap_or_else(|e| panic!("removing node {id} through {via}: {e}"))
+}
+
+/// Removes `id` through `via` and checks every remaining member agrees.
+async fn remove(cluster: &TestCluster, via: u64, id: u64, voters: &[u64]) {
+    let removed = removal(cluster, via, id).await;
     assert!(
         removed.members.iter().all(|m| m.id != id),
         "node {id} still listed after its removal: {:?}",
+        removed.members
+    );
+    cluster.wait_voters(voters, &set(voters), WAIT).await;
+}
+
+/// Removes the leader `id` through `via`: it must hand leadership over
+/// first, so the answer comes from a new leader that lists itself as
+/// leading. (A leader that removed itself answered from outside the
+/// membership it listed, and no member was the leader.)
+async fn remove_leader(cluster: &TestCluster, via: u64, id: u64, voters: &[u64]) {
+    let removed = removal(cluster, via, id).await;
+    let leading: Vec<u64> = removed
+        .members
+        .iter()
+        .filter(|m| m.role == MemberRole::Leader as i32)
+        .map(|m| m.id)
+        .collect();
+    assert!(
+        leading.len() == 1 && leading[0] != id,
+        "the leader {id} must hand over before its removal, got leaders {leading:?} in {:?}",
         removed.members
     );
     cluster.wait_voters(voters, &set(voters), WAIT).await;
@@ -121,7 +147,7 @@ async fn grow_to_five_and_shrink_to_three_under_load() {
     eprintln!("phase 3: shrink to 3, removing the leader {leader} first");
     let mut remaining: Vec<u64> = (1..=5).filter(|id| *id != leader).collect();
     writer.route_through(route(&cluster, &remaining));
-    remove(&cluster, 4, leader, &remaining).await;
+    remove_leader(&cluster, 4, leader, &remaining).await;
     writer.wait_progress(PROGRESS_KEYS, WAIT).await;
     let second = [1, 2, 3]
         .into_iter()

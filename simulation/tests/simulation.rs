@@ -39,14 +39,16 @@ fn report(text: &str) -> String {
 /// - 7035: a member cut off from its leader kept heartbeating over a frozen
 ///   view, so replicas' views never converged (fixed by ending watches on a
 ///   node out of touch with its leader).
-///
-/// Seed 8263 (a replica without the policy yet began a non-idempotent charge
-/// as read-only, and its retry took the lapsed lease over: the charge ran
-/// twice) passes in release builds but cannot be pinned here: in this debug
-/// build it trips openraft's debug assertion during membership churn (issue
-/// 18, item 8), like seed 110. Its cause is pinned by unit tests instead
-/// (`ledger_scenarios.rs`, and `as_write` in the SDK's `write.rs`).
-const REGRESSION_SEEDS: [&str; 1] = ["7035"];
+/// - 8263: in this debug build, the leader was asked to remove itself, and
+///   the retry of that removal reached it while it led outside its own
+///   membership: openraft's core panicked on its debug assertion that only
+///   a voting leader appends membership (issue 18, item 8; fixed by handing
+///   leadership over before a leader's removal). Without the fix this seed
+///   still panics here. (In release builds the same seed once found a
+///   replica without the policy yet beginning a charge as read-only, whose
+///   retry took the lapsed lease over; that cause is pinned by unit tests in
+///   `ledger_scenarios.rs` and `as_write` in the SDK's `write.rs`.)
+const REGRESSION_SEEDS: [&str; 2] = ["7035", "8263"];
 
 #[test]
 fn seeds_that_found_bugs_stay_fixed() {

@@ -30,6 +30,10 @@ use tonic::{Code, Request, Response, Status};
 
 /// Metadata header marking a request a node already forwarded to the leader.
 pub const FORWARDED_HEADER: &str = "x-fusebox-forwarded";
+/// Metadata header marking a request a leader took and then handed on to
+/// the leader it gave way to (a leader asked to remove itself): such a
+/// request may take that one more hop, once.
+pub const HANDED_ON_HEADER: &str = "x-fusebox-handed-on";
 
 /// Headers of the incoming call that describe its transport, not the
 /// caller; the outgoing client sets its own.
@@ -66,6 +70,21 @@ impl Forwarder {
     /// Whether a request already went through one forwarding hop.
     pub fn was_forwarded(metadata: &MetadataMap) -> bool {
         metadata.get(FORWARDED_HEADER).is_some()
+    }
+
+    /// Lets a request this node took as leader, and then gave leadership
+    /// away for, be forwarded to the new leader even if it reached this
+    /// node by a hop already; once, so no request bounces between nodes.
+    pub fn hand_on<Req>(mut request: Request<Req>) -> Result<Request<Req>, Status> {
+        let metadata = request.metadata_mut();
+        if metadata.get(HANDED_ON_HEADER).is_some() {
+            return Err(Status::unavailable(
+                "request was handed on by a leader once already; retry",
+            ));
+        }
+        metadata.remove(FORWARDED_HEADER);
+        metadata.insert(HANDED_ON_HEADER, MetadataValue::from_static("1"));
+        Ok(request)
     }
 
     /// Forwards `request` to the leader with `call` (which invokes the same
@@ -175,9 +194,11 @@ fn outgoing_request<Req>(request: Request<Req>, deadline: Duration) -> Request<R
         metadata.remove(header);
     }
     metadata.remove(FORWARDED_CALLER_HEADER);
+    // A caller named by a member that forwarded it is passed on the same
+    // way: this node, a member too, vouches for the name it was given.
     let by_certificate = extensions
         .get::<Caller>()
-        .filter(|c| c.via == Via::Certificate)
+        .filter(|c| matches!(c.via, Via::Certificate | Via::Forwarded))
         .and_then(|c| c.name.as_deref())
         .and_then(|name| MetadataValue::try_from(name).ok());
     if let Some(name) = by_certificate {
@@ -288,5 +309,16 @@ mod tests {
         assert!(Forwarder::was_forwarded(out.metadata()));
         assert!(out.metadata().get("user-agent").is_none());
         assert!(out.metadata().get("x-trace").is_some());
+    }
+
+    #[test]
+    fn a_handed_on_request_takes_one_more_hop_once() {
+        let forwarded = outgoing_request(Request::new(()), Duration::from_secs(1));
+        let handed = Forwarder::hand_on(forwarded).expect("the first hand-on");
+        assert!(!Forwarder::was_forwarded(handed.metadata()));
+        let again = outgoing_request(handed, Duration::from_secs(1));
+        assert!(Forwarder::was_forwarded(again.metadata()));
+        let refused = Forwarder::hand_on(again).expect_err("a second hand-on");
+        assert_eq!(refused.code(), Code::Unavailable);
     }
 }

@@ -5,6 +5,15 @@
 //! [`Forwarder`] (once: a forwarded request is never forwarded again), with
 //! [`MEMBERSHIP_CHANGE_TIMEOUT_MS`] as the hop's deadline when the caller
 //! set none.
+//!
+//! A leader never removes itself. Asked to, it hands leadership to the
+//! most caught-up other voter and forwards the removal there. A leader
+//! that removed itself would lead, outside its own membership, until that
+//! change committed, and any membership change it took in that window
+//! (a retry of the same removal, the next add) broke openraft's rule that
+//! only a voting leader appends membership: a debug build's core panicked
+//! on it (chaos seeds 110 and 8263, issue 18). For the same reason a
+//! leader that is not a voter of its own membership takes no change.
 
 use super::backend::RaftBackend;
 use crate::api::Forwarder;
@@ -24,13 +33,19 @@ use fusebox_proto::v1::{
 use fusebox_raft_store::{Member as RaftMember, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{ChangeMembers, RaftMetrics};
+use openraft::{ChangeMembers, RaftMetrics, ServerState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
+
+/// How many times a leader that gave way asks the new leader to take its
+/// removal.
+const HAND_ON_TRIES: u32 = 10;
+/// The pause between two of those tries.
+const HAND_ON_PAUSE: Duration = Duration::from_millis(100);
 
 /// [`MEMBERSHIP_CHANGE_TIMEOUT_MS`] as a `Duration`.
 const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_millis(MEMBERSHIP_CHANGE_TIMEOUT_MS);
@@ -132,6 +147,88 @@ impl ClusterService {
     fn metrics(&self) -> RaftMetrics<TypeConfig> {
         self.backend.raft.metrics().borrow_watched().clone()
     }
+
+    /// Refuses a membership change on a leader outside its own voters (one
+    /// whose own removal is being committed): the next leader takes it.
+    fn voting_leader(&self) -> Result<RaftMetrics<TypeConfig>, Status> {
+        let m = self.metrics();
+        if m.state == ServerState::Leader {
+            return Ok(m);
+        }
+        Err(Status::unavailable(format!(
+            "node {} is leaving the cluster and takes no membership change; retry, \
+             the next leader will",
+            self.me
+        )))
+    }
+
+    /// Passes a removal on to the leader this node just gave way to. The
+    /// new leader can still refuse it as not leading for a moment after this
+    /// node saw it take over (seen in tests as "has to forward request to:
+    /// None"); it is asked again while it answers UNAVAILABLE, at most
+    /// [`HAND_ON_TRIES`] times within [`MEMBERSHIP_CHANGE_TIMEOUT`]. A
+    /// refused try changed nothing, so asking again is safe.
+    async fn pass_removal_on(
+        &self,
+        request: Request<RemoveMemberRequest>,
+    ) -> Result<Response<RemoveMemberResponse>, Status> {
+        let began = tokio::time::Instant::now();
+        let (metadata, extensions, message) = request.into_parts();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let request =
+                Request::from_parts(metadata.clone(), extensions.clone(), message.clone());
+            let answer = self
+                .to_leader(request, |channel, request| async move {
+                    ClusterClient::new(channel).remove_member(request).await
+                })
+                .await;
+            match answer {
+                Err(status)
+                    if status.code() == tonic::Code::Unavailable
+                        && tries < HAND_ON_TRIES
+                        && began.elapsed() < MEMBERSHIP_CHANGE_TIMEOUT =>
+                {
+                    tracing::info!(tries, error = %status.message(), "the new leader refused the removal; asking again");
+                    tokio::time::sleep(HAND_ON_PAUSE).await;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// Makes `to` the leader and waits until this node sees it lead.
+    async fn hand_over(&self, to: u64) -> Result<RaftMetrics<TypeConfig>, Status> {
+        let raft = &self.backend.raft;
+        raft.trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| Status::unavailable(format!("raft stopped: {e}")))?;
+        let led = raft
+            .wait(Some(MEMBERSHIP_CHANGE_TIMEOUT))
+            .metrics(|m| m.current_leader == Some(to), "new leader")
+            .await
+            .map_err(|e| Status::deadline_exceeded(format!("node {to} did not take over: {e}")))?;
+        tracing::info!(to, term = led.current_term, "leadership transferred");
+        Ok(led)
+    }
+}
+
+/// The voter other than `me` that has matched the most of the log: the one
+/// a leader that is asked to leave hands over to.
+fn successor(m: &RaftMetrics<TypeConfig>, me: u64) -> Option<u64> {
+    let matched = m.replication.as_ref()?;
+    m.membership_config
+        .membership()
+        .voter_ids()
+        .filter(|id| *id != me)
+        .filter_map(|id| {
+            let index = matched.get(&id)?.as_ref().map_or(0, |l| l.index);
+            Some((index, std::cmp::Reverse(id)))
+        })
+        .max()
+        .map(|(_, std::cmp::Reverse(id))| id)
 }
 
 #[tonic::async_trait]
@@ -220,6 +317,7 @@ impl Cluster for ClusterService {
             RaftMember::parse(&format!("{}@{}", req.address, req.peer_address))
         }
         .map_err(Status::invalid_argument)?;
+        self.voting_leader()?;
         let raft = &self.backend.raft;
         let added = tokio::time::timeout(
             MEMBERSHIP_CHANGE_TIMEOUT,
@@ -259,9 +357,18 @@ impl Cluster for ClusterService {
                 })
                 .await;
         }
-        let id = request.into_inner().id;
+        let id = request.get_ref().id;
+        let m = self.voting_leader()?;
+        if id == self.me {
+            let Some(to) = successor(&m, id) else {
+                return Err(Status::failed_precondition(format!(
+                    "node {id} is the only voter; add another before removing it"
+                )));
+            };
+            self.hand_over(to).await?;
+            return self.pass_removal_on(Forwarder::hand_on(request)?).await;
+        }
         let raft = &self.backend.raft;
-        let m = self.metrics();
         let membership = m.membership_config.membership();
         let change = if membership.voter_ids().any(|v| v == id) {
             ChangeMembers::RemoveVoters(BTreeSet::from([id]))
@@ -297,7 +404,6 @@ impl Cluster for ClusterService {
                 .await;
         }
         let to = request.into_inner().to;
-        let raft = &self.backend.raft;
         let m = self.metrics();
         if !m
             .membership_config
@@ -315,16 +421,7 @@ impl Cluster for ClusterService {
                 term: m.current_term,
             }));
         }
-        raft.trigger()
-            .transfer_leader(to)
-            .await
-            .map_err(|e| Status::unavailable(format!("raft stopped: {e}")))?;
-        let led = raft
-            .wait(Some(MEMBERSHIP_CHANGE_TIMEOUT))
-            .metrics(|m| m.current_leader == Some(to), "new leader")
-            .await
-            .map_err(|e| Status::deadline_exceeded(format!("node {to} did not take over: {e}")))?;
-        tracing::info!(to, term = led.current_term, "leadership transferred");
+        let led = self.hand_over(to).await?;
         Ok(Response::new(TransferLeaderResponse {
             leader_id: to,
             term: led.current_term,
