@@ -13,7 +13,7 @@ use crate::probe::{self, ClusterPermit, ProbeAnswer};
 use crate::retry;
 use crate::tool::{CallContext, CallOutput, ToolFailure, ToolRef};
 use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
-use fusebox_core::disclosure::assess;
+use fusebox_core::disclosure::{assess, DegradationMode, ModeAdvice};
 use fusebox_core::policy::{OnPartition, ToolPolicy};
 use fusebox_core::OutcomeClass;
 use fusebox_proto::v1 as pb;
@@ -118,12 +118,15 @@ impl Client {
     {
         let policy = self.open_intent(journey, tool)?;
         let mut attempt = 0;
+        // A queueing mode the tool reported stretches later attempts.
+        let mut stretched = Duration::ZERO;
         loop {
             attempt += 1;
             let pass = self.pass_gate(journey, tool, &policy).await?;
             let (circuit_state, degraded) = (pass.decision.state, pass.decision.degraded);
             let probe = pass.holds_cluster_permit();
-            let deadline = journey.deadline(self.tool_timeout(tool, &policy), Layer::Tool);
+            let timeout = self.tool_timeout(tool, &policy).max(stretched);
+            let deadline = journey.deadline(timeout, Layer::Tool);
             let ctx = self.context(journey, attempt, deadline, None, probe);
             let (end, elapsed) = self
                 .attempt(journey, tool, &pass, ctx, deadline, &mut f)
@@ -142,16 +145,29 @@ impl Client {
                 AttemptEnd::Done(Err(failure)) => failure,
                 other => return Err(self.stopped(journey, tool, &other, elapsed)),
             };
+            let mode = self.disclosed_mode(tool, &failure);
+            let advice = mode
+                .as_ref()
+                .map_or(ModeAdvice::None, DegradationMode::advice);
+            if advice == ModeAdvice::Queue {
+                if let Some(m) = &mode {
+                    stretched = Duration::from_millis(m.deadline_ms());
+                }
+            }
             let wait = self.backoff(&policy, attempt);
-            let allowed =
-                retry::may_retry(&policy, failure.class, attempt, wait, journey.available())
-                    && self.disclosure_allows_retry(tool, failure.class);
+            let allowed = advice != ModeAdvice::FailFast
+                && retry::may_retry(&policy, failure.class, attempt, wait, journey.available())
+                && self.disclosure_allows_retry(tool, failure.class);
             if !allowed {
+                let message = match &mode {
+                    Some(m) => mode_note(failure.message, m),
+                    None => failure.message,
+                };
                 return Err(ClientError::ToolFailed {
                     intent_id: None,
                     tool: tool.tool().to_owned(),
                     class: failure.class,
-                    message: failure.message,
+                    message,
                     attempts: attempt,
                 });
             }
@@ -216,6 +232,21 @@ impl Client {
             return true;
         }
         retry::disclosed_retry(block.retry_safe, block.idempotent, class)
+    }
+
+    /// The documented degradation mode `failure` reports, from the tool's
+    /// own fresh, valid disclosure.
+    pub(crate) fn disclosed_mode(
+        &self,
+        tool: &ToolRef,
+        failure: &ToolFailure,
+    ) -> Option<DegradationMode> {
+        let reported = failure.mode.as_deref()?;
+        let block = self.inner.view.disclosure(tool)?;
+        if !assess(&block, self.wall_clock()).is_usable() {
+            return None;
+        }
+        block.mode(reported).cloned()
     }
 
     /// The tool's own deadline: p99 × 1.2 from a fresh, valid, binding
@@ -565,4 +596,13 @@ impl Client {
             }
         });
     }
+}
+
+/// `message` with what the tool's disclosure says of the mode it reported,
+/// for the model: the mode, its documented behavior and its p95.
+fn mode_note(message: String, mode: &DegradationMode) -> String {
+    format!(
+        "{message} (the tool reports {}; its disclosure says it will {} in that mode, p95 {} ms)",
+        mode.trigger, mode.behavior, mode.expected_p95_ms
+    )
 }

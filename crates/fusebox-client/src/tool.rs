@@ -62,6 +62,11 @@ pub struct ToolFailure {
     /// left without a definitive answer becomes ambiguous; one that never
     /// left releases its key.
     pub request_left: bool,
+    /// The degradation mode the tool said it is in (`rate_limit`,
+    /// `downstream_dependency_unavailable`, `queue_depth`), when it said
+    /// one. [`crate::Client::call`] acts on what the tool's disclosure
+    /// documents for that mode.
+    pub mode: Option<String>,
 }
 
 impl ToolFailure {
@@ -71,7 +76,17 @@ impl ToolFailure {
             class,
             message: message.into(),
             request_left: true,
+            mode: None,
         }
+    }
+
+    /// Records the degradation mode the tool reported (a header, an error
+    /// code, a field of its answer): a mode its disclosure documents as
+    /// failing fast ends the call without another attempt, and one that
+    /// queues gives the next attempt the mode's p95 × 1.2.
+    pub fn in_mode(mut self, trigger: impl Into<String>) -> Self {
+        self.mode = Some(trigger.into());
+        self
     }
 
     /// Marks that nothing was sent (connection refused, local validation):

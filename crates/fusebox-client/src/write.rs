@@ -518,6 +518,7 @@ fn settle_failure(failure: ToolFailure) -> Settled {
         class,
         message,
         request_left,
+        ..
     } = failure;
     if !request_left || class == OutcomeClass::RateLimited {
         return Settled::Released { class, message };

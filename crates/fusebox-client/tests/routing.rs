@@ -259,6 +259,106 @@ async fn disclosed_retry_safe_and_idempotent_govern_retries() {
     cluster.shutdown().await;
 }
 
+/// A disclosure that documents two degradation modes: a dependency outage
+/// the tool answers at once with 503, and a queue it serves from, slowly.
+fn block_with_modes() -> String {
+    let plain = block_with(80, 200, 400, true, true);
+    let modes = r#", "degradation_modes": [
+        {"trigger": "downstream_dependency_unavailable", "behavior": "fail fast with 503", "expected_p95_ms": 200},
+        {"trigger": "queue_depth>50", "behavior": "queue and serve", "expected_p95_ms": 4500}]}"#;
+    format!("{}{modes}", plain.trim_end().trim_end_matches('}'))
+}
+
+/// Calls `tool` until an attempt succeeds or the call gives up; every
+/// attempt before `succeed_on` fails with `failure`. Returns the deadline
+/// each attempt was given and the call's error message, if it failed.
+async fn attempts_in_mode(
+    client: &fusebox_client::Client,
+    tool: &ToolRef,
+    failure: ToolFailure,
+    succeed_on: u32,
+) -> (Vec<Duration>, Option<String>) {
+    let journey = Journey::new("turn-mode", Duration::from_secs(20), Duration::from_secs(1));
+    let deadlines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = deadlines.clone();
+    let result = client
+        .call(&journey, tool, |ctx| {
+            let (seen, failure) = (seen.clone(), failure.clone());
+            async move {
+                let mut seen = seen.lock().unwrap();
+                seen.push(ctx.deadline);
+                if seen.len() as u32 >= succeed_on {
+                    Ok(())
+                } else {
+                    Err(failure)
+                }
+            }
+        })
+        .await;
+    let deadlines = deadlines.lock().unwrap().clone();
+    (deadlines, result.err().map(|e| e.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn disclosed_degradation_modes_say_when_to_stop_and_how_long_to_wait() {
+    tracing::info!("the policy would retry every read three times");
+    let cluster = TestCluster::start(1).await;
+    let version = cluster.operator(0).apply_policy(RETRY_POLICY).await;
+    let import = ImportToolsRequest {
+        namespace: NS.into(),
+        server: SERVER.into(),
+        tools: vec![tool("search_modes", block_with_modes())],
+        actor: "test".into(),
+        ..Default::default()
+    };
+    ToolsClient::new(channel_to(&cluster.addrs[0]))
+        .import(import)
+        .await
+        .expect("import");
+    let client = connected(cluster.config("replica-modes", &[0])).await;
+    let search = ToolRef::new(SERVER, "search_modes").unwrap();
+    wait_for(
+        "policy and disclosure on the replica",
+        Duration::from_secs(10),
+        || {
+            let ready = client.view_status().policy_version == Some(version)
+                && client.tool_deadline(&search) == Duration::from_millis(480);
+            async move { ready.then_some(()) }
+        },
+    )
+    .await;
+    let healthy = Duration::from_millis(480);
+    let server_error = || ToolFailure::new(CoreClass::ServerError, "503 from the vendor");
+
+    tracing::info!("no mode reported: the policy's three attempts");
+    let (deadlines, error) = attempts_in_mode(&client, &search, server_error(), 99).await;
+    assert_eq!(deadlines, vec![healthy; 3]);
+    assert!(!error.unwrap().contains("disclosure says"));
+
+    tracing::info!("a documented fail-fast mode: one attempt, and the model is told why");
+    let failing = server_error().in_mode("downstream_dependency_unavailable");
+    let (deadlines, error) = attempts_in_mode(&client, &search, failing, 99).await;
+    assert_eq!(deadlines, vec![healthy]);
+    let error = error.expect("the call fails");
+    assert!(
+        error.contains("downstream_dependency_unavailable") && error.contains("fail fast with 503"),
+        "{error}"
+    );
+
+    tracing::info!("a mode the disclosure does not document changes nothing");
+    let cold = server_error().in_mode("cold_start");
+    let (deadlines, _) = attempts_in_mode(&client, &search, cold, 99).await;
+    assert_eq!(deadlines, vec![healthy; 3]);
+
+    tracing::info!("a queueing mode: the next attempt waits for the mode's p95 x 1.2");
+    let queued = ToolFailure::new(CoreClass::ServerError, "busy, queued").in_mode("queue_depth");
+    let (deadlines, error) = attempts_in_mode(&client, &search, queued, 2).await;
+    assert_eq!(error, None);
+    assert_eq!(deadlines, vec![healthy, Duration::from_millis(5400)]);
+    client.close().await;
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hinted_effects_apply_where_the_policy_is_silent() {
     tracing::info!("a manifest hints one read-only and one destructive tool");

@@ -19,6 +19,9 @@
 //!   [`ObservedLatency`] sets observed against disclosed and says whether the
 //!   tool should be penalized in routing; [`emit_disclosure`] writes the
 //!   publisher's side: a block built from observed telemetry.
+//! - [`DegradationMode::advice`] reads what a documented mode tells a caller
+//!   to do (fail fast: do not try again now; queue: wait for the mode's p95),
+//!   and [`LatencyDisclosure::mode`] finds the mode a tool reports.
 //!
 //! Invariants this module keeps, and tests:
 //! - **Pure and deterministic.** Nothing here reads a clock; `now` is a
@@ -52,6 +55,7 @@ mod datetime;
 mod emit;
 mod hints;
 mod json_fields;
+mod modes;
 mod observed;
 mod problem;
 mod sketch;
@@ -66,6 +70,7 @@ pub use block::{DegradationMode, LatencyDisclosure};
 pub use datetime::{format_utc, parse_utc, DatetimeError};
 pub use emit::{emit_disclosure, PublisherFacts};
 pub use hints::McpHints;
+pub use modes::ModeAdvice;
 pub use observed::ObservedLatency;
 pub use problem::{DisclosureProblem, DisclosureRule, Severity};
 pub use sketch::LatencySketch;
