@@ -12,6 +12,7 @@
 //! unreachable or unavailable.
 
 mod auth_cmd;
+mod bench_cmd;
 mod breakers_change;
 mod breakers_cmd;
 mod breakers_read;
@@ -76,6 +77,9 @@ enum Command {
     /// Who may call: principals, roles, namespaces and tokens.
     #[command(after_help = EXIT_CODES_HELP)]
     Auth(auth_cmd::AuthArgs),
+    /// Measure a cluster: ledger pairs per second, latency, server cost.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Bench(bench_cmd::BenchArgs),
 }
 
 /// Whether the command asked for JSON (errors are then JSON too).
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
             Command::Tools(args) => tools_cmd::run(args).await,
             Command::Certs(args) => certs_cmd::run(args).await,
             Command::Auth(args) => auth_cmd::run(args).await,
+            Command::Bench(args) => bench_cmd::run(args).await,
         }
     });
     match result {

@@ -24,6 +24,7 @@ use crate::types::TypeConfig;
 use openraft::storage::IOFlushed;
 use rocksdb::DB;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -77,6 +78,16 @@ impl Flusher {
     }
 }
 
+/// WAL syncs made for log appends by this process (both modes).
+static WAL_SYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// How many WAL syncs this process has made for log appends: one per group
+/// of appends the flusher commits together (votes and snapshots sync on
+/// their own and are not counted).
+pub fn wal_syncs() -> u64 {
+    WAL_SYNCS.load(Ordering::Relaxed)
+}
+
 /// Queues `callback` for the next WAL sync (blocks while the queue is
 /// full), or in inline mode syncs and completes it at once. Call it from a
 /// blocking thread, after the batch was written.
@@ -84,6 +95,7 @@ pub(crate) fn enqueue(sink: &FlushSink, callback: IOFlushed<TypeConfig>) -> io::
     let queue = match sink {
         FlushSink::Queue(queue) => queue,
         FlushSink::Inline(db) => {
+            WAL_SYNCS.fetch_add(1, Ordering::Relaxed);
             let synced = db
                 .flush_wal(true)
                 .map_err(|e| io::Error::other(format!("rocksdb wal fsync: {e}")));
@@ -117,6 +129,7 @@ fn run(db: &DB, pending: &Receiver<IOFlushed<TypeConfig>>) {
     while let Ok(first) = pending.recv() {
         let mut callbacks = vec![first];
         callbacks.extend(pending.try_iter().take(FLUSH_QUEUE_CALLBACKS_MAX));
+        WAL_SYNCS.fetch_add(1, Ordering::Relaxed);
         let synced = db.flush_wal(true).map_err(|e| e.to_string());
         if let Err(e) = &synced {
             tracing::error!(error = %e, "raft log fsync failed");

@@ -69,6 +69,7 @@ mod state_store;
 pub mod types;
 
 pub use error::StoreError;
+pub use flusher::wal_syncs;
 pub use identity::DirIdentity;
 pub use ledger_store::RocksLedger;
 pub use log_store::{LogReader, LogStore};

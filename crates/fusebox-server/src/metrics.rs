@@ -20,8 +20,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Labels for counters keyed by one word (an answer, a state).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,6 +63,13 @@ pub struct Metrics {
     /// How far the last entry's stamp is ahead of the state clock, in ms
     /// (non-zero while the clock catches up on a jump at a bounded pace).
     pub clock_behind_stamp_ms: Gauge,
+    /// CPU time this process has used, user and system, in seconds
+    /// (refreshed when scraped; Linux only).
+    pub process_cpu_seconds: Counter<f64, AtomicU64>,
+    /// WAL syncs made for log appends (refreshed when scraped).
+    pub raft_log_syncs: Counter,
+    /// Serializes the refresh of the two counters above.
+    refresh: Mutex<()>,
     ready: AtomicBool,
 }
 
@@ -90,6 +97,9 @@ impl Metrics {
             write_latency_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             clock_jumps: Gauge::default(),
             clock_behind_stamp_ms: Gauge::default(),
+            process_cpu_seconds: Counter::default(),
+            raft_log_syncs: Counter::default(),
+            refresh: Mutex::new(()),
             ready: AtomicBool::new(false),
         };
         let r = &mut m.registry;
@@ -150,6 +160,16 @@ impl Metrics {
             "Write latency",
             m.write_latency_seconds.clone(),
         );
+        r.register(
+            "process_cpu_seconds",
+            "CPU time this process used, user and system",
+            m.process_cpu_seconds.clone(),
+        );
+        r.register(
+            "raft_log_syncs",
+            "WAL syncs made for Raft log appends",
+            m.raft_log_syncs.clone(),
+        );
         m
     }
 
@@ -160,6 +180,7 @@ impl Metrics {
 
     /// The registry in the OpenMetrics text format.
     pub fn render(&self) -> String {
+        self.refresh_process();
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -185,6 +206,22 @@ impl Metrics {
         }
     }
 
+    /// Brings the process counters up to what the process has used.
+    fn refresh_process(&self) {
+        let _one_at_a_time = self.refresh.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cpu) = process_cpu_seconds() {
+            let behind = cpu - self.process_cpu_seconds.get();
+            if behind > 0.0 {
+                self.process_cpu_seconds.inc_by(behind);
+            }
+        }
+        let syncs = fusebox_raft_store::wal_syncs();
+        let behind = syncs.saturating_sub(self.raft_log_syncs.get());
+        if behind > 0 {
+            self.raft_log_syncs.inc_by(behind);
+        }
+    }
+
     /// Counts a labelled event.
     pub fn count(family: &Family<KindLabel, Counter>, kind: &str) {
         family
@@ -193,6 +230,26 @@ impl Metrics {
             })
             .inc();
     }
+}
+
+/// User and system CPU time of this process, from `/proc/self/stat`
+/// (fields 14 and 15, in ticks of the kernel's USER_HZ, which is 100 on
+/// every architecture Fusebox builds for); `None` elsewhere.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_seconds_of_stat(&stat)
+}
+
+/// The CPU seconds in one `/proc/<pid>/stat` line. The command name (field
+/// 2) is in parentheses and may hold spaces, so fields are counted after
+/// its closing one.
+fn cpu_seconds_of_stat(stat: &str) -> Option<f64> {
+    const USER_HZ: f64 = 100.0;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some((user + system) as f64 / USER_HZ)
 }
 
 /// Why the cluster refused a request, if `answer` is a refusal.
@@ -248,5 +305,29 @@ async fn ready(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "no leader known")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_seconds_are_read_after_the_command_name() {
+        let line = "4242 (fusebox (node) 1) S 1 4242 4242 0 -1 4194560 \
+                    900 0 3 0 1234 566 0 0 20 0 9 0 100 0 0";
+        assert_eq!(cpu_seconds_of_stat(line), Some(18.0));
+        assert_eq!(cpu_seconds_of_stat("4242 (x) S 1 2"), None);
+        assert_eq!(cpu_seconds_of_stat("no name here"), None);
+    }
+
+    #[test]
+    fn a_scrape_shows_the_process_counters() {
+        let page = Metrics::new().render();
+        assert!(page.contains("process_cpu_seconds_total"), "{page}");
+        assert!(page.contains("raft_log_syncs_total"), "{page}");
+        if cfg!(target_os = "linux") {
+            assert!(process_cpu_seconds().is_some());
+        }
     }
 }

@@ -1,0 +1,455 @@
+//! `fusebox bench ledger`: how many idempotent writes a cluster guards per
+//! second, measured against any cluster.
+//!
+//! Each of `--clients` workers begins a fresh key and completes it,
+//! back to back (the ledger pair an agent's write costs), for `--seconds`
+//! after a `--warmup-seconds` that is not counted. The run prints keys per
+//! second, the pair's latency (p50, p99, max) and, when `--metrics` names
+//! the nodes' metrics listeners, the server CPU time and WAL syncs per key
+//! summed over those nodes (read from `fusebox_process_cpu_seconds_total`
+//! and `fusebox_raft_log_syncs_total` before and after). `--json` prints one line.
+//!
+//! Keys are `bench-<run>-<worker>-<n>` in `--namespace` (default `bench`);
+//! `fusebox namespace delete bench` removes them afterwards.
+
+use crate::client::{ClientArgs, Session};
+use crate::failure::Failure;
+use crate::out::outln;
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use fusebox_proto::v1 as pb;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::time::Instant;
+
+/// Most workers one run may start.
+const CLIENTS_MAX: usize = 4_096;
+/// Most connections one run may open.
+const CONNECTIONS_MAX: usize = 64;
+/// Longest run.
+const SECONDS_MAX: u64 = 3_600;
+/// Latency samples kept per worker; later pairs are counted, not sampled.
+const SAMPLES_PER_WORKER_MAX: usize = 1 << 20;
+/// Largest metrics page read.
+const METRICS_PAGE_BYTES_MAX: usize = 4 << 20;
+/// How long one metrics scrape may take.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(3);
+/// The pause after a failed pair, so a refusing cluster is not spun on.
+const FAILURE_PAUSE: Duration = Duration::from_millis(20);
+
+/// `fusebox bench ...`
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Begin and complete fresh ledger keys from many clients at once.
+    Ledger(LedgerBench),
+}
+
+#[derive(Args, Debug, Clone)]
+struct LedgerBench {
+    /// Concurrent workers, each doing one Begin + Complete at a time.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// gRPC connections the workers share (to the leader when known).
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Seconds run first and not counted.
+    #[arg(long, default_value_t = 2)]
+    warmup_seconds: u64,
+    /// Namespace the keys go to.
+    #[arg(long, default_value = "bench")]
+    namespace: String,
+    /// The nodes' metrics listeners (`HOST:PORT,...`), for server CPU and
+    /// WAL syncs per key.
+    #[arg(long, value_delimiter = ',')]
+    metrics: Vec<String>,
+}
+
+/// Runs a `fusebox bench` command.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Ledger(bench) => ledger(&args.client, bench).await,
+    }
+}
+
+/// What one worker saw.
+#[derive(Default)]
+struct WorkerTally {
+    /// Pairs finished in the measured window.
+    pairs: u64,
+    /// Their latencies in µs (at most [`SAMPLES_PER_WORKER_MAX`]).
+    micros: Vec<u32>,
+    /// Failures in the measured window, by what failed.
+    failures: BTreeMap<String, u64>,
+}
+
+async fn ledger(client: &ClientArgs, bench: LedgerBench) -> anyhow::Result<()> {
+    check(&bench)?;
+    let mut sessions = Vec::with_capacity(bench.connections);
+    for _ in 0..bench.connections {
+        sessions.push(Arc::new(client.session().await?));
+    }
+    let run = format!("{:x}", crate::time_text::now_ms());
+    let started = Instant::now();
+    let measured_from = started + Duration::from_secs(bench.warmup_seconds);
+    let until = measured_from + Duration::from_secs(bench.seconds);
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..bench.clients {
+        let session = sessions[w % sessions.len()].clone();
+        let (ns, run, done) = (bench.namespace.clone(), run.clone(), done.clone());
+        workers.spawn(
+            async move { worker(&session, &ns, &run, w, measured_from, until, &done).await },
+        );
+    }
+    let progress = (!client.json).then(|| tokio::spawn(progress(done.clone(), started, until)));
+    tokio::time::sleep_until(measured_from).await;
+    let before = scrape_all(&bench.metrics).await?;
+    let mut tally = WorkerTally::default();
+    while let Some(joined) = workers.join_next().await {
+        let one = joined.context("a bench worker stopped")?;
+        tally.pairs += one.pairs;
+        tally.micros.extend(one.micros);
+        for (what, n) in one.failures {
+            *tally.failures.entry(what).or_default() += n;
+        }
+    }
+    let after = scrape_all(&bench.metrics).await?;
+    if let Some(progress) = progress {
+        progress.abort();
+        eprintln!();
+    }
+    report(client.json, &bench, tally, before.zip(after));
+    Ok(())
+}
+
+fn check(bench: &LedgerBench) -> Result<(), Failure> {
+    let within = |name: &str, value: u64, max: u64| {
+        if value == 0 || value > max {
+            Err(Failure::bad_input(format!(
+                "--{name} must be 1 to {max}, got {value}"
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    within("clients", bench.clients as u64, CLIENTS_MAX as u64)?;
+    within(
+        "connections",
+        bench.connections as u64,
+        CONNECTIONS_MAX as u64,
+    )?;
+    within("seconds", bench.seconds, SECONDS_MAX)?;
+    if bench.warmup_seconds > SECONDS_MAX {
+        return Err(Failure::bad_input(format!(
+            "--warmup-seconds must be at most {SECONDS_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+/// One worker: pairs on fresh keys until `until`, counting those that end
+/// after `measured_from`.
+async fn worker(
+    session: &Session,
+    ns: &str,
+    run: &str,
+    w: usize,
+    measured_from: Instant,
+    until: Instant,
+    done: &std::sync::atomic::AtomicU64,
+) -> WorkerTally {
+    let mut tally = WorkerTally::default();
+    let mut ledger = session.ledger();
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let key = format!("bench-{run}-{w}-{n}");
+        let began = Instant::now();
+        let outcome = pair(&mut ledger, session, ns, &key).await;
+        let ended = Instant::now();
+        if ended < measured_from || ended > until {
+            continue;
+        }
+        match outcome {
+            Ok(()) => {
+                tally.pairs += 1;
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if tally.micros.len() < SAMPLES_PER_WORKER_MAX {
+                    let micros = (ended - began).as_micros();
+                    tally.micros.push(u32::try_from(micros).unwrap_or(u32::MAX));
+                }
+            }
+            Err(what) => {
+                *tally.failures.entry(what).or_default() += 1;
+                tokio::time::sleep(FAILURE_PAUSE).await;
+            }
+        }
+    }
+    tally
+}
+
+/// Begins `key` and completes it as succeeded; on failure, what failed.
+async fn pair(
+    ledger: &mut pb::ledger_client::LedgerClient<crate::client::AuthedChannel>,
+    session: &Session,
+    ns: &str,
+    key: &str,
+) -> Result<(), String> {
+    let attempt = format!("{key}-a");
+    let begin = pb::BeginRequest {
+        namespace: ns.to_owned(),
+        meta: session.meta(),
+        key: key.to_owned(),
+        fingerprint: key.as_bytes().to_vec(),
+        intent_id: key.to_owned(),
+        server: "bench".into(),
+        tool: "write".into(),
+        target: "bench".into(),
+        effect: pb::Effect::NonIdempotentWrite as i32,
+        attempt_id: attempt.clone(),
+        lease_ms: 60_000,
+    };
+    let answer = ledger
+        .begin(begin)
+        .await
+        .map_err(|s| format!("begin: {:?}", s.code()))?
+        .into_inner();
+    if !matches!(
+        answer.outcome,
+        Some(pb::begin_response::Outcome::Started(_))
+    ) {
+        return Err("begin: not started".into());
+    }
+    let complete = pb::CompleteRequest {
+        namespace: ns.to_owned(),
+        meta: session.meta(),
+        key: key.to_owned(),
+        attempt_id: attempt.clone(),
+        outcome: Some(pb::complete_request::Outcome::Succeeded(
+            pb::CompleteSucceeded {
+                operation_id: attempt,
+                result: Vec::new(),
+            },
+        )),
+    };
+    ledger
+        .complete(complete)
+        .await
+        .map_err(|s| format!("complete: {:?}", s.code()))?;
+    Ok(())
+}
+
+/// A progress line on stderr, once a second.
+async fn progress(done: Arc<std::sync::atomic::AtomicU64>, started: Instant, until: Instant) {
+    let total = (until - started).as_secs();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last = 0;
+    loop {
+        tick.tick().await;
+        let now = done.load(std::sync::atomic::Ordering::Relaxed);
+        let elapsed = started.elapsed().as_secs().min(total);
+        let filled = usize::try_from(elapsed * 30 / total.max(1)).unwrap_or(30);
+        eprint!(
+            "\r[{}{}] {elapsed}/{total} s, {now} keys, {} keys/s   ",
+            "=".repeat(filled),
+            " ".repeat(30 - filled.min(30)),
+            now - last
+        );
+        let _ = std::io::stderr().flush();
+        last = now;
+    }
+}
+
+/// The two process counters of every node named, summed; `None` when no
+/// node was named.
+async fn scrape_all(nodes: &[String]) -> anyhow::Result<Option<ServerCounters>> {
+    if nodes.is_empty() {
+        return Ok(None);
+    }
+    let mut sum = ServerCounters::default();
+    for node in nodes {
+        let page = tokio::time::timeout(METRICS_TIMEOUT, metrics_page(node))
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("metrics of {node}: no answer in {METRICS_TIMEOUT:?}")
+            })??;
+        let counters = ServerCounters::of(&page)
+            .ok_or_else(|| anyhow::anyhow!("metrics of {node}: no process counters"))?;
+        sum.cpu_seconds += counters.cpu_seconds;
+        sum.log_syncs += counters.log_syncs;
+    }
+    Ok(Some(sum))
+}
+
+/// `GET /metrics` from `node` (`HOST:PORT`), bounded.
+async fn metrics_page(node: &str) -> anyhow::Result<String> {
+    let mut stream = tokio::net::TcpStream::connect(node)
+        .await
+        .with_context(|| format!("metrics of {node}"))?;
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {node}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut page = Vec::new();
+    stream
+        .take(METRICS_PAGE_BYTES_MAX as u64)
+        .read_to_end(&mut page)
+        .await?;
+    Ok(String::from_utf8_lossy(&page).into_owned())
+}
+
+/// What a node's metrics say it has spent.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct ServerCounters {
+    cpu_seconds: f64,
+    log_syncs: f64,
+}
+
+impl ServerCounters {
+    /// Reads the two counters from a metrics page.
+    fn of(page: &str) -> Option<ServerCounters> {
+        let value = |name: &str| {
+            page.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        };
+        Some(ServerCounters {
+            cpu_seconds: value("fusebox_process_cpu_seconds_total")?,
+            log_syncs: value("fusebox_raft_log_syncs_total")?,
+        })
+    }
+}
+
+/// The p-th percentile (0..=100) of sorted samples, in ms.
+fn percentile_ms(sorted: &[u32], p: u32) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (sorted.len() - 1) * p as usize / 100;
+    f64::from(sorted[rank]) / 1000.0
+}
+
+fn report(
+    json: bool,
+    bench: &LedgerBench,
+    mut tally: WorkerTally,
+    server: Option<(ServerCounters, ServerCounters)>,
+) {
+    tally.micros.sort_unstable();
+    let keys_per_second = tally.pairs as f64 / bench.seconds as f64;
+    let (p50, p99) = (
+        percentile_ms(&tally.micros, 50),
+        percentile_ms(&tally.micros, 99),
+    );
+    let max = percentile_ms(&tally.micros, 100);
+    let per_key = server.map(|(before, after)| {
+        let keys = tally.pairs.max(1) as f64;
+        (
+            (after.cpu_seconds - before.cpu_seconds) * 1000.0 / keys,
+            (after.log_syncs - before.log_syncs) / keys,
+        )
+    });
+    let failures: u64 = tally.failures.values().sum();
+    if json {
+        outln!(
+            "{}",
+            json!({
+            "bench": "ledger",
+            "clients": bench.clients,
+            "connections": bench.connections,
+            "seconds": bench.seconds,
+            "keys": tally.pairs,
+            "keys_per_second": keys_per_second,
+            "pair_latency_ms": {"p50": p50, "p99": p99, "max": max},
+            "failures": tally.failures,
+            "server_cpu_ms_per_key": per_key.map(|p| p.0),
+            "log_syncs_per_key": per_key.map(|p| p.1),
+            })
+        );
+        return;
+    }
+    outln!(
+        "ledger pair (Begin + Complete on a fresh key): {} clients over {} connections, {} s",
+        bench.clients,
+        bench.connections,
+        bench.seconds
+    );
+    outln!(
+        "  {} keys, {keys_per_second:.0} keys/s; pair latency p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms",
+        tally.pairs
+    );
+    match per_key {
+        Some((cpu, syncs)) => outln!(
+            "  server (summed over {} nodes): {cpu:.3} ms CPU and {syncs:.3} WAL syncs per key",
+            bench.metrics.len()
+        ),
+        None => outln!("  server CPU and syncs per key: pass --metrics HOST:PORT,... to see them"),
+    }
+    if failures > 0 {
+        outln!("  failures: {failures} {:?}", tally.failures);
+    }
+    outln!(
+        "  the keys stay in namespace {:?}: `fusebox namespace delete {}` removes them",
+        bench.namespace,
+        bench.namespace
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_counters_are_read_from_a_metrics_page() {
+        let page = "# HELP fusebox_process_cpu_seconds CPU\n\
+                    fusebox_process_cpu_seconds_total 12.5\n\
+                    fusebox_raft_log_syncs_total 300\n\
+                    fusebox_raft_log_syncs_created 1.0\n";
+        assert_eq!(
+            ServerCounters::of(page),
+            Some(ServerCounters {
+                cpu_seconds: 12.5,
+                log_syncs: 300.0
+            })
+        );
+        assert_eq!(ServerCounters::of("fusebox_raft_log_syncs_total 3\n"), None);
+    }
+
+    #[test]
+    fn percentiles_come_from_sorted_samples() {
+        let samples: Vec<u32> = (1..=100).map(|ms| ms * 1000).collect();
+        assert_eq!(percentile_ms(&samples, 50), 50.0);
+        assert_eq!(percentile_ms(&samples, 99), 99.0);
+        assert_eq!(percentile_ms(&samples, 100), 100.0);
+        assert_eq!(percentile_ms(&[], 99), 0.0);
+    }
+
+    #[test]
+    fn out_of_range_runs_are_refused() {
+        let bench = |clients, seconds| LedgerBench {
+            clients,
+            connections: 1,
+            seconds,
+            warmup_seconds: 0,
+            namespace: "bench".into(),
+            metrics: Vec::new(),
+        };
+        assert!(check(&bench(1, 1)).is_ok());
+        assert!(check(&bench(0, 1)).is_err());
+        assert!(check(&bench(CLIENTS_MAX + 1, 1)).is_err());
+        assert!(check(&bench(1, 0)).is_err());
+    }
+}
