@@ -11,6 +11,10 @@
 //!
 //! Keys are `bench-<run>-<worker>-<n>` in `--namespace` (default `bench`);
 //! `fusebox namespace delete bench` removes them afterwards.
+//!
+//! `fusebox bench etcd-ledger` runs the same workload against etcd, for a
+//! side-by-side figure: per key a transaction that puts the key only if it
+//! does not exist yet, then a put of its outcome ([`crate::bench_etcd`]).
 
 use crate::client::{ClientArgs, Session};
 use crate::failure::Failure;
@@ -54,10 +58,19 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Begin and complete fresh ledger keys from many clients at once.
     Ledger(LedgerBench),
+    /// The same workload against etcd: put-if-absent, then put, per key.
+    EtcdLedger {
+        /// etcd's client endpoints (`HOST:PORT,...`); connections spread
+        /// over them.
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+        #[command(flatten)]
+        bench: LedgerBench,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
-struct LedgerBench {
+pub(crate) struct LedgerBench {
     /// Concurrent workers, each doing one Begin + Complete at a time.
     #[arg(long, default_value_t = 64)]
     clients: usize,
@@ -82,7 +95,42 @@ struct LedgerBench {
 /// Runs a `fusebox bench` command.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
-        BenchCommand::Ledger(bench) => ledger(&args.client, bench).await,
+        BenchCommand::Ledger(bench) => {
+            check(&bench)?;
+            let mut sessions = Vec::with_capacity(bench.connections);
+            for _ in 0..bench.connections {
+                sessions.push(Arc::new(args.client.session().await?));
+            }
+            let ns = bench.namespace.clone();
+            let pairs = move |w: usize| FuseboxPair {
+                session: sessions[w % sessions.len()].clone(),
+                namespace: ns.clone(),
+            };
+            measure(args.client.json, "fusebox", &bench, pairs).await
+        }
+        BenchCommand::EtcdLedger { etcd, bench } => {
+            check(&bench)?;
+            let pairs = crate::bench_etcd::pairs(&etcd, bench.connections).await?;
+            measure(args.client.json, "etcd", &bench, pairs).await
+        }
+    }
+}
+
+/// One ledger pair on a fresh key, against some store.
+pub(crate) trait Pair: Send + 'static {
+    /// Takes `key`, then records its outcome; on failure, what failed.
+    fn pair(&mut self, key: &str) -> impl std::future::Future<Output = Result<(), String>> + Send;
+}
+
+/// The pair against a Fusebox cluster: Begin, then Complete.
+struct FuseboxPair {
+    session: Arc<Session>,
+    namespace: String,
+}
+
+impl Pair for FuseboxPair {
+    async fn pair(&mut self, key: &str) -> Result<(), String> {
+        pair(&self.session, &self.namespace, key).await
     }
 }
 
@@ -97,12 +145,14 @@ struct WorkerTally {
     failures: BTreeMap<String, u64>,
 }
 
-async fn ledger(client: &ClientArgs, bench: LedgerBench) -> anyhow::Result<()> {
-    check(&bench)?;
-    let mut sessions = Vec::with_capacity(bench.connections);
-    for _ in 0..bench.connections {
-        sessions.push(Arc::new(client.session().await?));
-    }
+/// Runs `bench` with one [`Pair`] per worker (`pairs(w)` makes worker
+/// `w`'s) and prints what it measured.
+async fn measure<P: Pair>(
+    json: bool,
+    store: &'static str,
+    bench: &LedgerBench,
+    pairs: impl Fn(usize) -> P,
+) -> anyhow::Result<()> {
     let run = format!("{:x}", crate::time_text::now_ms());
     let started = Instant::now();
     let measured_from = started + Duration::from_secs(bench.warmup_seconds);
@@ -110,13 +160,10 @@ async fn ledger(client: &ClientArgs, bench: LedgerBench) -> anyhow::Result<()> {
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..bench.clients {
-        let session = sessions[w % sessions.len()].clone();
-        let (ns, run, done) = (bench.namespace.clone(), run.clone(), done.clone());
-        workers.spawn(
-            async move { worker(&session, &ns, &run, w, measured_from, until, &done).await },
-        );
+        let (pair, run, done) = (pairs(w), run.clone(), done.clone());
+        workers.spawn(async move { worker(pair, &run, w, measured_from, until, &done).await });
     }
-    let progress = (!client.json).then(|| tokio::spawn(progress(done.clone(), started, until)));
+    let progress = (!json).then(|| tokio::spawn(progress(done.clone(), started, until)));
     tokio::time::sleep_until(measured_from).await;
     let before = scrape_all(&bench.metrics).await?;
     let mut tally = WorkerTally::default();
@@ -133,7 +180,7 @@ async fn ledger(client: &ClientArgs, bench: LedgerBench) -> anyhow::Result<()> {
         progress.abort();
         eprintln!();
     }
-    report(client.json, &bench, tally, before.zip(after));
+    report(json, store, bench, tally, before.zip(after));
     Ok(())
 }
 
@@ -164,9 +211,8 @@ fn check(bench: &LedgerBench) -> Result<(), Failure> {
 
 /// One worker: pairs on fresh keys until `until`, counting those that end
 /// after `measured_from`.
-async fn worker(
-    session: &Session,
-    ns: &str,
+async fn worker<P: Pair>(
+    mut pair: P,
     run: &str,
     w: usize,
     measured_from: Instant,
@@ -174,13 +220,12 @@ async fn worker(
     done: &std::sync::atomic::AtomicU64,
 ) -> WorkerTally {
     let mut tally = WorkerTally::default();
-    let mut ledger = session.ledger();
     let mut n = 0u64;
     while Instant::now() < until {
         n += 1;
         let key = format!("bench-{run}-{w}-{n}");
         let began = Instant::now();
-        let outcome = pair(&mut ledger, session, ns, &key).await;
+        let outcome = pair.pair(&key).await;
         let ended = Instant::now();
         if ended < measured_from || ended > until {
             continue;
@@ -204,12 +249,8 @@ async fn worker(
 }
 
 /// Begins `key` and completes it as succeeded; on failure, what failed.
-async fn pair(
-    ledger: &mut pb::ledger_client::LedgerClient<crate::client::AuthedChannel>,
-    session: &Session,
-    ns: &str,
-    key: &str,
-) -> Result<(), String> {
+async fn pair(session: &Session, ns: &str, key: &str) -> Result<(), String> {
+    let mut ledger = session.ledger();
     let attempt = format!("{key}-a");
     let begin = pb::BeginRequest {
         namespace: ns.to_owned(),
@@ -344,6 +385,7 @@ fn percentile_ms(sorted: &[u32], p: u32) -> f64 {
 
 fn report(
     json: bool,
+    store: &str,
     bench: &LedgerBench,
     mut tally: WorkerTally,
     server: Option<(ServerCounters, ServerCounters)>,
@@ -368,6 +410,7 @@ fn report(
             "{}",
             json!({
             "bench": "ledger",
+            "store": store,
             "clients": bench.clients,
             "connections": bench.connections,
             "seconds": bench.seconds,
@@ -382,7 +425,7 @@ fn report(
         return;
     }
     outln!(
-        "ledger pair (Begin + Complete on a fresh key): {} clients over {} connections, {} s",
+        "{store} ledger pair (take a fresh key, record its outcome): {} clients over {} connections, {} s",
         bench.clients,
         bench.connections,
         bench.seconds
@@ -401,11 +444,13 @@ fn report(
     if failures > 0 {
         outln!("  failures: {failures} {:?}", tally.failures);
     }
-    outln!(
-        "  the keys stay in namespace {:?}: `fusebox namespace delete {}` removes them",
-        bench.namespace,
-        bench.namespace
-    );
+    if store == "fusebox" {
+        outln!(
+            "  the keys stay in namespace {:?}: `fusebox namespace delete {}` removes them",
+            bench.namespace,
+            bench.namespace
+        );
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 mod auth_cmd;
 mod bench_cmd;
+mod bench_etcd;
 mod breakers_change;
 mod breakers_cmd;
 mod breakers_read;
