@@ -300,6 +300,56 @@ async fn policy_versions_forced_breakers_and_shadow_mode_from_the_cli() {
 
     println!("phase: unknown tools and malformed names are refused clearly");
     unknown_tools_and_bad_names(&op).await;
+
+    println!("phase: a short ledger bench runs and reports what it measured");
+    a_short_bench_reports_its_figures(&op).await;
+}
+
+/// `fusebox bench ledger` for one second: every pair it counts succeeded,
+/// and its figures agree with each other. (No speed is asserted: this
+/// machine is shared.)
+async fn a_short_bench_reports_its_figures(op: &Operator) {
+    let args = [
+        "bench",
+        "ledger",
+        "--clients",
+        "4",
+        "--connections",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup-seconds",
+        "0",
+        "--namespace",
+        "bench-test",
+    ];
+    let report = op.json(&args).await;
+    let keys = report["keys"].as_u64().expect("keys");
+    assert!(keys > 0, "no pair finished: {report}");
+    assert_eq!(report["failures"], serde_json::json!({}), "{report}");
+    assert_eq!(report["keys_per_second"].as_f64(), Some(keys as f64));
+    let latency = &report["pair_latency_ms"];
+    let (p50, p99, max) = (
+        latency["p50"].as_f64().unwrap(),
+        latency["p99"].as_f64().unwrap(),
+        latency["max"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{report}");
+    assert!(
+        report["server_cpu_ms_per_key"].is_null(),
+        "no --metrics given"
+    );
+    // A list shows at most 1,000 records.
+    let listed = op
+        .json(&["ledger", "list", "--ns", "bench-test", "--limit", "1000"])
+        .await;
+    let records = listed["records"].as_array().expect("records").len() as u64;
+    assert!(
+        records >= keys.min(1000),
+        "{records} records for {keys} counted pairs"
+    );
+    let refused = op.fails(&["bench", "ledger", "--clients", "0"], 2).await;
+    assert!(refused.contains("--clients must be 1 to"), "{refused}");
 }
 
 async fn apply_first_policy(op: &Operator, dir: &Path, watcher: &mut Watcher) {
