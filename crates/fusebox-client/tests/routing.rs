@@ -212,19 +212,18 @@ async fn attempts(client: &fusebox_client::Client, tool: &ToolRef, class: CoreCl
     tries.load(Ordering::SeqCst)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn disclosed_retry_safe_and_idempotent_govern_retries() {
-    tracing::info!("the policy would retry every read three times");
+/// A one-node cluster under [`RETRY_POLICY`] with `tools` imported, and a
+/// replica connected to it; also the policy's version.
+async fn retrying_cluster(
+    tools: Vec<ManifestTool>,
+    replica: &str,
+) -> (TestCluster, fusebox_client::Client, u64) {
     let cluster = TestCluster::start(1).await;
     let version = cluster.operator(0).apply_policy(RETRY_POLICY).await;
     let import = ImportToolsRequest {
         namespace: NS.into(),
         server: SERVER.into(),
-        tools: vec![
-            tool("search_safe", block_with(80, 200, 400, true, true)),
-            tool("search_unsafe", block_with(80, 200, 400, true, false)),
-            tool("search_once", block_with(80, 200, 400, false, true)),
-        ],
+        tools,
         actor: "test".into(),
         ..Default::default()
     };
@@ -232,7 +231,19 @@ async fn disclosed_retry_safe_and_idempotent_govern_retries() {
         .import(import)
         .await
         .expect("import");
-    let client = connected(cluster.config("replica-retry", &[0])).await;
+    let client = connected(cluster.config(replica, &[0])).await;
+    (cluster, client, version)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn disclosed_retry_safe_and_idempotent_govern_retries() {
+    tracing::info!("the policy would retry every read three times");
+    let tools = vec![
+        tool("search_safe", block_with(80, 200, 400, true, true)),
+        tool("search_unsafe", block_with(80, 200, 400, true, false)),
+        tool("search_once", block_with(80, 200, 400, false, true)),
+    ];
+    let (cluster, client, version) = retrying_cluster(tools, "replica-retry").await;
     let safe = ToolRef::new(SERVER, "search_safe").unwrap();
     let unsafe_ = ToolRef::new(SERVER, "search_unsafe").unwrap();
     let once = ToolRef::new(SERVER, "search_once").unwrap();
@@ -302,20 +313,8 @@ async fn attempts_in_mode(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn disclosed_degradation_modes_say_when_to_stop_and_how_long_to_wait() {
     tracing::info!("the policy would retry every read three times");
-    let cluster = TestCluster::start(1).await;
-    let version = cluster.operator(0).apply_policy(RETRY_POLICY).await;
-    let import = ImportToolsRequest {
-        namespace: NS.into(),
-        server: SERVER.into(),
-        tools: vec![tool("search_modes", block_with_modes())],
-        actor: "test".into(),
-        ..Default::default()
-    };
-    ToolsClient::new(channel_to(&cluster.addrs[0]))
-        .import(import)
-        .await
-        .expect("import");
-    let client = connected(cluster.config("replica-modes", &[0])).await;
+    let tools = vec![tool("search_modes", block_with_modes())];
+    let (cluster, client, version) = retrying_cluster(tools, "replica-modes").await;
     let search = ToolRef::new(SERVER, "search_modes").unwrap();
     wait_for(
         "policy and disclosure on the replica",
