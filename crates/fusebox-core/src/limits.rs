@@ -27,6 +27,8 @@ pub const LEDGER_RECORDS_PER_NAMESPACE_MAX: usize = 5_000_000;
 pub const BATCH_OUTCOMES_MAX: usize = 4_096;
 /// Most replicas' reports one coalesced log entry carries.
 pub const REPORTS_PER_BATCH_MAX: usize = 256;
+/// Most ledger calls (`begin`, `complete`) one coalesced log entry carries.
+pub const LEDGER_BATCH_OPS_MAX: usize = 256;
 /// Most transitions kept in one breaker's audit trail; older ones roll off.
 pub const AUDIT_ENTRIES_PER_BREAKER_MAX: usize = 64;
 /// Most distinct reporters a breaker remembers as evidence.

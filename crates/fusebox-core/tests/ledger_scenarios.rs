@@ -8,8 +8,8 @@ use fusebox_core::ledger::{
     Decision, LedgerStore, ListFilter, RenewAnswer, RenewRequest, ResolveAnswer, ResolveRequest,
     Status,
 };
-use fusebox_core::limits::{CLOCK_STEP_MS_MAX, RETENTION_MS_MAX};
-use fusebox_core::machine::{Answer, Command, StateMachine};
+use fusebox_core::limits::{CLOCK_STEP_MS_MAX, LEDGER_BATCH_OPS_MAX, RETENTION_MS_MAX};
+use fusebox_core::machine::{Answer, Command, LedgerOp, StateMachine};
 use fusebox_core::policy::EffectClass;
 use fusebox_core::{Namespace, Timestamp, ToolName};
 
@@ -699,4 +699,94 @@ fn a_lapsed_lease_is_never_revived() {
         matches!(takeover, BeginAnswer::Started { .. }),
         "{takeover:?}"
     );
+}
+
+/// The calls of the batch tests: two attempts race for one key, the winner
+/// completes it, a third call breaks a rule (an empty key), and a second
+/// key is begun and left in progress.
+fn racing_calls() -> Vec<LedgerOp> {
+    let op = |request| LedgerOp::Begin {
+        namespace: ns(),
+        request,
+    };
+    let mut bad = begin_req("", "a-3", EffectClass::NonIdempotentWrite);
+    bad.key.clear();
+    vec![
+        op(begin_req("k1", "a-1", EffectClass::NonIdempotentWrite)),
+        op(begin_req("k1", "a-2", EffectClass::NonIdempotentWrite)),
+        LedgerOp::Complete {
+            namespace: ns(),
+            request: CompleteRequest {
+                key: "k1".into(),
+                attempt: "a-1".into(),
+                completion: Completion::Succeeded {
+                    operation_id: "op-1".into(),
+                    result: b"done".to_vec(),
+                },
+            },
+        },
+        op(bad),
+        op(begin_req("k2", "a-4", EffectClass::NonIdempotentWrite)),
+    ]
+}
+
+#[test]
+fn a_ledger_batch_answers_and_changes_as_its_calls_would_alone() {
+    let (mut alone, mut batched) = (StateMachine::new(), StateMachine::new());
+    let at = Timestamp(1_000);
+    let one_by_one: Vec<Answer> = racing_calls()
+        .into_iter()
+        .map(|op| alone.apply(&op.into_command(), at).answer)
+        .collect();
+    let applied = batched.apply(
+        &Command::LedgerBatch {
+            ops: racing_calls(),
+        },
+        at,
+    );
+    assert_eq!(applied.answer, Answer::LedgerBatch(one_by_one.clone()));
+    assert_eq!(batched.digest().unwrap(), alone.digest().unwrap());
+    // What the answers are: the race is decided inside the one entry.
+    assert!(matches!(
+        one_by_one[0],
+        Answer::Begin(BeginAnswer::Started { .. })
+    ));
+    assert!(matches!(
+        &one_by_one[1],
+        Answer::Begin(BeginAnswer::InProgress { attempt, .. }) if attempt == "a-1"
+    ));
+    assert!(matches!(
+        one_by_one[2],
+        Answer::Complete(CompleteAnswer::Recorded { .. })
+    ));
+    assert!(matches!(one_by_one[3], Answer::Rejected(_)));
+    assert!(matches!(
+        one_by_one[4],
+        Answer::Begin(BeginAnswer::Started { .. })
+    ));
+}
+
+#[test]
+fn an_empty_or_oversized_ledger_batch_is_refused_whole() {
+    let mut sm = StateMachine::new();
+    let empty = sm.apply(&Command::LedgerBatch { ops: Vec::new() }, Timestamp(1));
+    assert!(matches!(empty.answer, Answer::Rejected(_)));
+    let one = racing_calls().swap_remove(0);
+    let too_many = vec![one; LEDGER_BATCH_OPS_MAX + 1];
+    let refused = sm.apply(&Command::LedgerBatch { ops: too_many }, Timestamp(2));
+    assert!(matches!(refused.answer, Answer::Rejected(_)));
+    // The same as two refused calls at the same times (the state's clock
+    // follows every entry, refused or not).
+    let mut refused_alone = StateMachine::new();
+    let mut bad = begin_req("k", "a", EffectClass::NonIdempotentWrite);
+    bad.key.clear();
+    let bad = Command::Begin {
+        namespace: ns(),
+        request: bad,
+    };
+    for at in [1, 2] {
+        let answer = refused_alone.apply(&bad, Timestamp(at)).answer;
+        assert!(matches!(answer, Answer::Rejected(_)));
+    }
+    assert_eq!(sm.digest().unwrap(), refused_alone.digest().unwrap());
 }

@@ -33,6 +33,11 @@ use std::io;
 ///
 /// 5: commands gained `DeleteNamespace`, and disabling a breaker or putting
 /// it in metrics-only takes an optional period, as forcing it open does.
+///
+/// Still 5: commands gained `LedgerBatch` as their last variant, which
+/// leaves every earlier encoding as it was, so this build reads format-5
+/// stores; a build without it cannot read an entry that holds one (every
+/// node of a cluster runs the same build).
 pub(crate) const VALUE_FORMAT: u8 = 5;
 
 /// The key of log entry `index`.

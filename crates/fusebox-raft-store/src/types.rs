@@ -41,6 +41,9 @@ impl fmt::Display for Request {
             Command::ReportOutcomes { outcomes, .. } => {
                 return write!(f, "report_outcomes({}) at {}", outcomes.len(), self.at_ms)
             }
+            Command::LedgerBatch { ops } => {
+                return write!(f, "ledger_batch of {} at {}", ops.len(), self.at_ms)
+            }
             Command::AcquireProbe { .. } => "acquire_probe",
             Command::ReleaseProbe { .. } => "release_probe",
             Command::Operate { .. } => "operate",

@@ -77,6 +77,14 @@ pub const REPORT_QUEUE_REPORTS_MAX: usize = 4_096;
 /// Report batches proposed and not yet applied at once: enough to keep the
 /// log busy, few enough that reports pile up into the next batch.
 pub const REPORT_BATCHES_IN_FLIGHT_MAX: usize = 4;
+/// Ledger calls waiting for a batch; beyond this a caller waits for room
+/// (within its deadline).
+pub const LEDGER_QUEUE_CALLS_MAX: usize = 4_096;
+/// Ledger batches proposed and not yet applied at once.
+pub const LEDGER_BATCHES_IN_FLIGHT_MAX: usize = 4;
+/// Most encoded bytes of ledger calls in one batch: well under
+/// [`ENTRY_BYTES_MAX`], so a batch of the largest calls still fits an entry.
+pub const LEDGER_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 // Raft (`node/start.rs`, `raft/`).
 

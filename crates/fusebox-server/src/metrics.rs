@@ -188,13 +188,21 @@ impl Metrics {
         out
     }
 
-    /// Counts what one applied write tells: its latency, the ledger answer,
-    /// a probe grant, a report batch's size.
+    /// Counts what one applied write tells: its latency, the ledger answer
+    /// (each one of a ledger batch), a probe grant, a report batch's size.
     pub fn observe_write(&self, report_batch: Option<usize>, answer: &Answer, seconds: f64) {
         self.write_latency_seconds.observe(seconds);
         if let Some(outcomes) = report_batch {
             self.report_batch_size.observe(outcomes as f64);
         }
+        match answer {
+            Answer::LedgerBatch(answers) => answers.iter().for_each(|a| self.count_answer(a)),
+            one => self.count_answer(one),
+        }
+    }
+
+    /// Counts one command's answer by kind.
+    fn count_answer(&self, answer: &Answer) {
         if let Some(kind) = ledger_answer(answer) {
             Metrics::count(&self.ledger_answers, kind);
         }

@@ -68,6 +68,9 @@ pub enum Answer {
     },
     /// To `DeleteNamespace`: what went with it.
     NamespaceDeleted(NamespaceDeleted),
+    /// To `LedgerBatch`: each call's own answer, in order (`Begin`,
+    /// `Complete` or `Rejected`).
+    LedgerBatch(Vec<Answer>),
 }
 
 /// What deleting a namespace removed.

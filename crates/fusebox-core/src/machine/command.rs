@@ -11,7 +11,8 @@ use crate::breaker::BreakerKey;
 use crate::error::{check_len, check_max_len, CoreError};
 use crate::ledger::{check_lease, BeginRequest, CompleteRequest, RenewRequest, ResolveRequest};
 use crate::limits::{
-    BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, REASON_BYTES_MAX, REPORTS_PER_BATCH_MAX,
+    BATCH_OUTCOMES_MAX, FORCE_OPEN_MS_MAX, ID_BYTES_MAX, LEDGER_BATCH_OPS_MAX, REASON_BYTES_MAX,
+    REPORTS_PER_BATCH_MAX,
 };
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
@@ -225,6 +226,63 @@ pub enum Command {
         /// Why.
         reason: String,
     },
+    /// Many ledger `begin` and `complete` calls in one entry: the leader
+    /// coalesces concurrent calls so a busy fleet's writes cost few log
+    /// entries. Each is applied in order, as if alone, and answered on its
+    /// own; one refused call refuses only itself.
+    LedgerBatch {
+        /// 1 to [`crate::limits::LEDGER_BATCH_OPS_MAX`] calls.
+        ops: Vec<LedgerOp>,
+    },
+}
+
+/// One ledger call in a [`Command::LedgerBatch`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LedgerOp {
+    /// Ledger `begin`.
+    Begin {
+        /// The namespace.
+        namespace: Namespace,
+        /// The request.
+        request: BeginRequest,
+    },
+    /// Ledger `complete`.
+    Complete {
+        /// The namespace.
+        namespace: Namespace,
+        /// The request.
+        request: CompleteRequest,
+    },
+}
+
+impl LedgerOp {
+    /// The command this call is when it travels alone.
+    pub fn into_command(self) -> Command {
+        match self {
+            LedgerOp::Begin { namespace, request } => Command::Begin { namespace, request },
+            LedgerOp::Complete { namespace, request } => Command::Complete { namespace, request },
+        }
+    }
+
+    /// The call a lone `begin` or `complete` command is; any other command
+    /// is handed back.
+    pub fn from_command(command: Command) -> Result<LedgerOp, Command> {
+        match command {
+            Command::Begin { namespace, request } => Ok(LedgerOp::Begin { namespace, request }),
+            Command::Complete { namespace, request } => {
+                Ok(LedgerOp::Complete { namespace, request })
+            }
+            other => Err(other),
+        }
+    }
+
+    /// Checks the call's fields, as [`Command::validate`] does alone.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        match self {
+            LedgerOp::Begin { request, .. } => request.validate(),
+            LedgerOp::Complete { request, .. } => request.validate(),
+        }
+    }
 }
 
 /// One replica's outcome report, as a [`Command::ReportBatch`] carries it.
@@ -283,6 +341,9 @@ impl Command {
             Command::RollbackPolicy { actor, reason, .. }
             | Command::SetKillSwitch { actor, reason, .. }
             | Command::DeleteNamespace { actor, reason, .. } => check_change(actor, reason),
+            // Each call is checked when it is applied, so one bad call
+            // refuses only itself.
+            Command::LedgerBatch { ops } => check_ledger_batch(ops.len()),
             Command::Tick => Ok(()),
             Command::ImportTools { tools, actor, .. } => check_import(tools, actor),
             Command::Auth { change, actor } => {
@@ -322,6 +383,16 @@ fn check_report(outcomes: usize) -> Result<(), CoreError> {
 
 /// One coalesced entry carries at most [`REPORTS_PER_BATCH_MAX`] reports
 /// with at most [`BATCH_OUTCOMES_MAX`] outcomes among them.
+fn check_ledger_batch(ops: usize) -> Result<(), CoreError> {
+    if ops == 0 || ops > LEDGER_BATCH_OPS_MAX {
+        return Err(CoreError::invalid(
+            "ops",
+            format!("{ops} ledger calls in one batch, 1 to {LEDGER_BATCH_OPS_MAX} allowed"),
+        ));
+    }
+    Ok(())
+}
+
 fn check_batch(reports: &[Report]) -> Result<(), CoreError> {
     let outcomes: usize = reports.iter().map(|r| r.outcomes.len()).sum();
     if reports.len() > REPORTS_PER_BATCH_MAX || outcomes > BATCH_OUTCOMES_MAX {

@@ -37,7 +37,7 @@ mod tests;
 
 pub use answer::{Answer, Applied, NamespaceDeleted, ReportSummary};
 pub use clock::StateClock;
-pub use command::{Command, OperatorAction, OutcomeReport, Report};
+pub use command::{Command, LedgerOp, OperatorAction, OutcomeReport, Report};
 pub use fleet::Fleet;
 pub use namespace::{KillSwitch, NamespaceState, PolicyVersion};
 pub use snapshot::{hex_digest, SnapshotReader, SnapshotWriter, SNAPSHOT_FORMAT};

@@ -3,7 +3,7 @@
 
 use super::answer::{Answer, Applied};
 use super::clock::StateClock;
-use super::command::Command;
+use super::command::{Command, LedgerOp};
 use super::fleet::{breaker_policy_in, min_server, Fleet};
 use super::namespace::NamespaceState;
 use super::policy::PolicyChange;
@@ -249,6 +249,25 @@ impl<L: LedgerStore> StateMachine<L> {
                 })
             }
             Command::DeleteNamespace { namespace, .. } => self.delete_namespace(namespace, events),
+            Command::LedgerBatch { ops } => Ok(self.ledger_batch(ops, now)),
         }
+    }
+
+    /// Applies each ledger call of a batch in order, as if alone: a call
+    /// that breaks a rule is refused on its own and the others go on.
+    fn ledger_batch(&mut self, ops: &[LedgerOp], now: Timestamp) -> Answer {
+        let answers = ops
+            .iter()
+            .map(|op| {
+                let answer = op.validate().and_then(|()| match op {
+                    LedgerOp::Begin { namespace, request } => self.begin(namespace, request, now),
+                    LedgerOp::Complete { namespace, request } => {
+                        self.complete(namespace, request, now)
+                    }
+                });
+                answer.unwrap_or_else(Answer::Rejected)
+            })
+            .collect();
+        Answer::LedgerBatch(answers)
     }
 }

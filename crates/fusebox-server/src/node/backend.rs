@@ -1,7 +1,7 @@
 //! The production [`Backend`]: writes through openraft, reads from the
 //! applied state, linearizable reads through the read linearizer.
 
-use super::coalescer::ReportCoalescer;
+use super::coalescer::{LedgerCoalescer, ReportCoalescer};
 use super::contact::LeaderContact;
 use super::env::{Clock, NodeEnv};
 use crate::auth::Membership;
@@ -9,7 +9,7 @@ use crate::backend::{Backend, BackendError, Consistency};
 use crate::limits::{ENTRY_BYTES_MAX, LINEARIZABLE_READ_TIMEOUT_MS, WRITE_TIMEOUT_MS};
 use crate::metrics::Metrics;
 use crate::watch::{WatchHub, WatchStart};
-use fusebox_core::machine::{Applied, Command, Report, SharedStateMachine};
+use fusebox_core::machine::{Applied, Command, LedgerOp, Report, SharedStateMachine};
 use fusebox_core::Namespace;
 use fusebox_proto::net::Net;
 use fusebox_raft_store::{Member, Request, StateStore, TypeConfig};
@@ -33,6 +33,9 @@ pub struct RaftBackend {
     /// Where outcome reports wait to share a log entry (none: one entry
     /// per report).
     pub reports: Option<ReportCoalescer>,
+    /// Where ledger `begin` and `complete` calls wait to share a log entry
+    /// (none: one entry per call).
+    pub ledger: Option<LedgerCoalescer>,
     /// The node's network and wall clock.
     pub env: NodeEnv,
     /// When this node last heard from a leader it accepted.
@@ -113,6 +116,11 @@ fn check_entry_bytes(request: &Request) -> Result<(), BackendError> {
 
 impl Backend for RaftBackend {
     async fn write(&self, command: Command) -> Result<Applied, BackendError> {
+        let command = match (&self.ledger, LedgerOp::from_command(command)) {
+            (Some(ledger), Ok(op)) => return ledger.submit(op).await,
+            (None, Ok(op)) => op.into_command(),
+            (_, Err(command)) => command,
+        };
         match (command, &self.reports) {
             (
                 Command::ReportOutcomes {

@@ -3,7 +3,7 @@
 
 use super::backend::RaftBackend;
 use super::cluster::ClusterService;
-use super::coalescer::ReportCoalescer;
+use super::coalescer::{LedgerCoalescer, ReportCoalescer};
 use super::config::NodeConfig;
 use super::contact::LeaderContact;
 use super::env::NodeEnv;
@@ -169,22 +169,22 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
     let (stop, stop_rx) = watch::channel(false);
-    let (raft_for_reports, metrics_for_reports) = (raft.clone(), metrics.clone());
-    let clock_for_reports = env.clock.clone();
-    let (reports, coalescer_task) = ReportCoalescer::start(
+    let proposer = {
+        let (raft, metrics, clock) = (raft.clone(), metrics.clone(), env.clock.clone());
         move |command| {
-            let (raft, metrics) = (raft_for_reports.clone(), metrics_for_reports.clone());
-            let clock = clock_for_reports.clone();
+            let (raft, metrics, clock) = (raft.clone(), metrics.clone(), clock.clone());
             async move { super::backend::propose(&raft, &metrics, &clock, command).await }
-        },
-        stop_rx.clone(),
-    );
+        }
+    };
+    let (reports, coalescer_task) = ReportCoalescer::start(proposer.clone(), stop_rx.clone());
+    let (ledger, ledger_coalescer_task) = LedgerCoalescer::start(proposer, stop_rx.clone());
     let backend = RaftBackend {
         raft,
         state,
         hub,
         metrics: metrics.clone(),
         reports: Some(reports),
+        ledger: Some(ledger),
         env: env.clone(),
         contact,
         contact_max_ms: config
@@ -213,7 +213,7 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         config.auth_required(),
         config.caller_limits,
     );
-    let mut tasks = vec![coalescer_task];
+    let mut tasks = vec![coalescer_task, ledger_coalescer_task];
     let peer_addr = match config.peer_listen {
         Some(addr) => {
             let (peer_listener, bound) = bind(&env, addr).await?;
