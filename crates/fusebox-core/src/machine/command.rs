@@ -264,18 +264,6 @@ impl LedgerOp {
         }
     }
 
-    /// The call a lone `begin` or `complete` command is; any other command
-    /// is handed back.
-    pub fn from_command(command: Command) -> Result<LedgerOp, Command> {
-        match command {
-            Command::Begin { namespace, request } => Ok(LedgerOp::Begin { namespace, request }),
-            Command::Complete { namespace, request } => {
-                Ok(LedgerOp::Complete { namespace, request })
-            }
-            other => Err(other),
-        }
-    }
-
     /// Checks the call's fields, as [`Command::validate`] does alone.
     pub fn validate(&self) -> Result<(), CoreError> {
         match self {

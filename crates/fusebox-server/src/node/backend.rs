@@ -116,10 +116,16 @@ fn check_entry_bytes(request: &Request) -> Result<(), BackendError> {
 
 impl Backend for RaftBackend {
     async fn write(&self, command: Command) -> Result<Applied, BackendError> {
-        let command = match (&self.ledger, LedgerOp::from_command(command)) {
-            (Some(ledger), Ok(op)) => return ledger.submit(op).await,
-            (None, Ok(op)) => op.into_command(),
-            (_, Err(command)) => command,
+        let command = match (command, &self.ledger) {
+            (Command::Begin { namespace, request }, Some(ledger)) => {
+                return ledger.submit(LedgerOp::Begin { namespace, request }).await
+            }
+            (Command::Complete { namespace, request }, Some(ledger)) => {
+                return ledger
+                    .submit(LedgerOp::Complete { namespace, request })
+                    .await
+            }
+            (command, _) => command,
         };
         match (command, &self.reports) {
             (

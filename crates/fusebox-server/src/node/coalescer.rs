@@ -220,12 +220,15 @@ async fn run<B, P, Fut>(
     }
 }
 
+/// A batch drained from the queue, and the call it left for the next one.
+type Drained<C> = (Vec<Waiting<C>>, Option<Waiting<C>>);
+
 /// `first` and whatever is queued now, within the batch bounds; a call
 /// that would overflow them is handed back for the next batch.
 fn drain<B: Batching>(
     first: Waiting<B::Call>,
     rx: &mut mpsc::Receiver<Waiting<B::Call>>,
-) -> (Vec<Waiting<B::Call>>, Option<Waiting<B::Call>>) {
+) -> Drained<B::Call> {
     let mut weight = B::weight(&first.call);
     let mut batch = vec![first];
     while batch.len() < B::CALLS_MAX {
