@@ -309,26 +309,39 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn concurrent_reports_share_entries_and_each_gets_its_answer() {
+    /// A coalescer, the batch sizes it proposed, and what keeps it running.
+    type SlowCoalescer<B> = (Coalescer<B>, Arc<Mutex<Vec<usize>>>, watch::Sender<bool>);
+
+    /// A coalescer of kind `B` over an in-memory state machine whose
+    /// commits are slow, as on a busy disk (calls pile up meanwhile), and
+    /// the size of every batch it proposed; it runs while the sender lives.
+    fn slow_coalescer<B: Batching>() -> SlowCoalescer<B> {
         let proposed = Arc::new(Mutex::new(Vec::<usize>::new()));
         let state = Arc::new(Mutex::new(StateMachine::new()));
         let (log, sm) = (proposed.clone(), state.clone());
-        let (_stop_tx, stop) = watch::channel(false);
-        let (coalescer, _task) = ReportCoalescer::start(
+        let (stop_tx, stop) = watch::channel(false);
+        let (coalescer, _task) = Coalescer::<B>::start(
             move |command: Command| {
                 let (log, sm) = (log.clone(), sm.clone());
                 async move {
-                    if let Command::ReportBatch { reports } = &command {
-                        log.lock().unwrap().push(reports.len());
-                    }
-                    // Slow commits, as a busy disk: reports pile up meanwhile.
+                    let calls = match &command {
+                        Command::ReportBatch { reports } => reports.len(),
+                        Command::LedgerBatch { ops } => ops.len(),
+                        _ => 1,
+                    };
+                    log.lock().unwrap().push(calls);
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                     Ok(sm.lock().unwrap().apply(&command, Timestamp(1)))
                 }
             },
             stop,
         );
+        (coalescer, proposed, stop_tx)
+    }
+
+    #[tokio::test]
+    async fn concurrent_reports_share_entries_and_each_gets_its_answer() {
+        let (coalescer, proposed, _running) = slow_coalescer::<Reports>();
         let calls: Vec<_> = (0..200)
             .map(|i| {
                 let c = coalescer.clone();
@@ -363,23 +376,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_ledger_calls_share_entries_and_each_gets_its_answer() {
         use fusebox_core::ledger::BeginAnswer;
-        let proposed = Arc::new(Mutex::new(Vec::<usize>::new()));
-        let state = Arc::new(Mutex::new(StateMachine::new()));
-        let (log, sm) = (proposed.clone(), state.clone());
-        let (_stop_tx, stop) = watch::channel(false);
-        let (coalescer, _task) = LedgerCoalescer::start(
-            move |command: Command| {
-                let (log, sm) = (log.clone(), sm.clone());
-                async move {
-                    if let Command::LedgerBatch { ops } = &command {
-                        log.lock().unwrap().push(ops.len());
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    Ok(sm.lock().unwrap().apply(&command, Timestamp(1)))
-                }
-            },
-            stop,
-        );
+        let (coalescer, proposed, _running) = slow_coalescer::<LedgerCalls>();
         // 100 keys, each begun by two attempts at once: whichever the batch
         // applies first starts, the other finds it in progress.
         let calls: Vec<_> = (0..200)
