@@ -227,11 +227,9 @@ async fn worker<P: Pair>(
         let began = Instant::now();
         let outcome = pair.pair(&key).await;
         let ended = Instant::now();
-        if ended < measured_from || ended > until {
-            continue;
-        }
+        let counted = measured_from <= ended && ended <= until;
         match outcome {
-            Ok(()) => {
+            Ok(()) if counted => {
                 tally.pairs += 1;
                 done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if tally.micros.len() < SAMPLES_PER_WORKER_MAX {
@@ -239,8 +237,12 @@ async fn worker<P: Pair>(
                     tally.micros.push(u32::try_from(micros).unwrap_or(u32::MAX));
                 }
             }
+            Ok(()) => {}
             Err(what) => {
-                *tally.failures.entry(what).or_default() += 1;
+                if counted {
+                    *tally.failures.entry(what).or_default() += 1;
+                }
+                // Warming up or not, a refusing cluster is not spun on.
                 tokio::time::sleep(FAILURE_PAUSE).await;
             }
         }

@@ -167,7 +167,9 @@ impl ClusterService {
     /// node saw it take over (seen in tests as "has to forward request to:
     /// None"); it is asked again while it answers UNAVAILABLE, at most
     /// [`HAND_ON_TRIES`] times within [`MEMBERSHIP_CHANGE_TIMEOUT`]. A
-    /// refused try changed nothing, so asking again is safe.
+    /// refused try changed nothing, so asking again is safe; a try whose
+    /// hop timed out may have removed the node, and the next try then
+    /// answers NOT_FOUND ("not a member"), which says so.
     async fn pass_removal_on(
         &self,
         request: Request<RemoveMemberRequest>,
