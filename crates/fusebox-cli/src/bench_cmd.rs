@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
 /// Most workers one run may start.
@@ -341,17 +340,10 @@ async fn scrape_all(nodes: &[String]) -> anyhow::Result<Option<ServerCounters>> 
 
 /// `GET /metrics` from `node` (`HOST:PORT`), bounded.
 async fn metrics_page(node: &str) -> anyhow::Result<String> {
-    let mut stream = tokio::net::TcpStream::connect(node)
+    let page = crate::http_get::get(node, "/metrics", METRICS_PAGE_BYTES_MAX)
         .await
         .with_context(|| format!("metrics of {node}"))?;
-    let request = format!("GET /metrics HTTP/1.0\r\nHost: {node}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut page = Vec::new();
-    stream
-        .take(METRICS_PAGE_BYTES_MAX as u64)
-        .read_to_end(&mut page)
-        .await?;
-    Ok(String::from_utf8_lossy(&page).into_owned())
+    Ok(page.body)
 }
 
 /// What a node's metrics say it has spent.

@@ -22,6 +22,8 @@ mod certs_cmd;
 mod client;
 mod cluster_cmd;
 mod failure;
+mod health_cmd;
+mod http_get;
 mod killswitch_cmd;
 mod known;
 mod ledger_cmd;
@@ -81,6 +83,9 @@ enum Command {
     /// Measure a cluster: ledger pairs per second, latency, server cost.
     #[command(after_help = EXIT_CODES_HELP)]
     Bench(bench_cmd::BenchArgs),
+    /// Whether a node runs (or with --ready, knows a leader): exit 0 or 1,
+    /// for container health checks.
+    Health(health_cmd::HealthArgs),
 }
 
 /// Whether the command asked for JSON (errors are then JSON too).
@@ -117,6 +122,7 @@ fn main() -> ExitCode {
             Command::Certs(args) => certs_cmd::run(args).await,
             Command::Auth(args) => auth_cmd::run(args).await,
             Command::Bench(args) => bench_cmd::run(args).await,
+            Command::Health(args) => health_cmd::run(args).await,
         }
     });
     match result {

@@ -8,73 +8,110 @@ use fusebox_server::node::{start, NodeConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Flags of `fusebox serve`; a config file holds the same settings.
+/// Flags of `fusebox serve`; a config file holds the same settings, and
+/// each flag can also come from its `FUSEBOX_*` environment variable
+/// (flags win over variables, both over the file).
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// A TOML file with the node's settings (flags override it).
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_CONFIG")]
     config: Option<PathBuf>,
     /// This node's id.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_ID", conflicts_with = "id_from_hostname")]
     id: Option<u64>,
+    /// Take the id from the host name's trailing ordinal plus one
+    /// (`fusebox-0` is node 1), as a Kubernetes StatefulSet names its pods.
+    /// A node whose id is not among the initial peers waits to be added.
+    #[arg(long, env = "FUSEBOX_ID_FROM_HOSTNAME")]
+    id_from_hostname: bool,
     /// Where the gRPC API listens.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_LISTEN")]
     listen: Option<SocketAddr>,
     /// Where the Raft transport listens, apart from clients (needed for TLS).
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_PEER_LISTEN")]
     peer_listen: Option<SocketAddr>,
+    /// How the other members reach this node, `HOST:PORT` or
+    /// `API_HOST:PORT@PEER_HOST:PORT`, when that is not where it listens
+    /// (a container listening on 0.0.0.0 behind a DNS name).
+    #[arg(long, env = "FUSEBOX_ADVERTISE")]
+    advertise: Option<String>,
     /// The initial members: `1=HOST:PORT,...`, or with peer listeners
     /// `1=API_HOST:PORT@PEER_HOST:PORT,...`.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_PEERS")]
     peers: Option<String>,
     /// The data directory.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_DATA_DIR")]
     data: Option<PathBuf>,
     /// Where `/metrics`, `/healthz` and `/readyz` listen.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_HTTP")]
     http: Option<SocketAddr>,
     /// The cluster's name.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_CLUSTER_ID")]
     cluster_id: Option<String>,
     /// Join an existing cluster instead of forming one (wait to be added).
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_JOIN")]
     join: bool,
     /// Log as JSON lines.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_LOG_JSON")]
     log_json: bool,
     /// The API's TLS certificate (PEM); with --tls-key and --tls-ca.
-    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    #[arg(long, env = "FUSEBOX_API_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
     tls_cert: Option<PathBuf>,
     /// The API certificate's private key (PEM).
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, env = "FUSEBOX_API_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// The CA trusted for client certificates and other members' API
     /// certificates (PEM).
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, env = "FUSEBOX_API_TLS_CA", requires = "tls_cert")]
     tls_ca: Option<PathBuf>,
     /// This member's peer certificate (PEM, naming `fusebox://node/ID`);
     /// with --peer-key and --peer-ca.
-    #[arg(long, requires_all = ["peer_key", "peer_ca"])]
+    #[arg(long, env = "FUSEBOX_PEER_TLS_CERT", requires_all = ["peer_key", "peer_ca"])]
     peer_cert: Option<PathBuf>,
     /// The peer certificate's private key (PEM).
-    #[arg(long, requires = "peer_cert")]
+    #[arg(long, env = "FUSEBOX_PEER_TLS_KEY", requires = "peer_cert")]
     peer_key: Option<PathBuf>,
     /// The cluster's CA, which signed every member's peer certificate (PEM).
-    #[arg(long, requires = "peer_cert")]
+    #[arg(long, env = "FUSEBOX_PEER_TLS_CA", requires = "peer_cert")]
     peer_ca: Option<PathBuf>,
     /// Serve a non-loopback address without TLS or auth (a warning is
     /// logged at every start).
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_INSECURE")]
     insecure: bool,
     /// Require every caller to authenticate (a token or a client
     /// certificate naming a principal), from the first request.
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_AUTH")]
     auth: bool,
     /// The first admin token's file (created with a fresh token if
     /// missing): while the cluster has no admin, the leader issues it as
     /// principal `admin` and switches enforcement on. Implies --auth.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "FUSEBOX_INIT_AUTH", value_name = "FILE")]
     init_auth: Option<PathBuf>,
+}
+
+/// The node id a host name gives: its trailing `-N` plus one.
+fn id_of_hostname(host: &str) -> Result<u64, String> {
+    let ordinal = host
+        .rsplit_once('-')
+        .map(|(_, n)| n)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| format!("host name {host:?} does not end in -N (a pod ordinal)"))?;
+    ordinal
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| format!("host name {host:?}: ordinal out of range"))
+}
+
+/// This machine's host name: `HOSTNAME` if set (containers set it), else
+/// the kernel's.
+fn hostname() -> anyhow::Result<String> {
+    if let Some(name) = std::env::var("HOSTNAME").ok().filter(|n| !n.is_empty()) {
+        return Ok(name);
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("reading the host name (/proc/sys/kernel/hostname)")?;
+    Ok(name.trim().to_owned())
 }
 
 fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
@@ -89,6 +126,9 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
     if let Some(id) = args.id {
         config.id = id;
     }
+    if args.id_from_hostname {
+        config.id = id_of_hostname(&hostname()?).map_err(anyhow::Error::msg)?;
+    }
     if let Some(peer) = args.peer_listen {
         config.peer_listen = Some(peer);
     }
@@ -99,14 +139,22 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
         && args.peers.is_none()
         && args.config.is_none()
     {
-        let me = match config.peer_listen {
-            Some(peer) => format!("{}@{peer}", config.listen),
-            None => config.listen.to_string(),
+        let me = match (&args.advertise, config.peer_listen) {
+            (Some(advertised), _) => advertised.clone(),
+            (None, Some(peer)) => format!("{}@{peer}", config.listen),
+            (None, None) => config.listen.to_string(),
         };
         config.peers = [(config.id, me)].into();
     }
     if let Some(peers) = &args.peers {
         config.peers = NodeConfig::parse_peers(peers).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(advertise) = &args.advertise {
+        config.advertise = Some(advertise.clone());
+    }
+    if args.id_from_hostname && !config.peers.contains_key(&config.id) {
+        // A pod past the founding members (a scaled-out StatefulSet).
+        config.join = true;
     }
     if let Some(data) = &args.data {
         config.data_dir = data.clone();
@@ -204,5 +252,74 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             node.shutdown().await;
             anyhow::bail!("raft stopped on this node: {fatal}")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn config(flags: &[&str]) -> anyhow::Result<NodeConfig> {
+        let parsed = Serve::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()))?;
+        config_of(&parsed.args)
+    }
+
+    #[test]
+    fn a_pod_ordinal_gives_the_node_id() {
+        assert_eq!(id_of_hostname("fusebox-0"), Ok(1));
+        assert_eq!(id_of_hostname("my-fusebox-12"), Ok(13));
+        assert!(id_of_hostname("fusebox").is_err());
+        assert!(id_of_hostname("fusebox-").is_err());
+        assert!(id_of_hostname("fusebox-1a").is_err());
+        assert!(id_of_hostname("fusebox-99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn a_node_listening_everywhere_is_reached_at_its_advertised_name() {
+        let config = config(&[
+            "--id",
+            "2",
+            "--listen",
+            "0.0.0.0:7600",
+            "--advertise",
+            "fusebox-2:7600",
+            "--insecure",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.peers.get(&2).map(String::as_str),
+            Some("fusebox-2:7600")
+        );
+        assert_eq!(config.advertised().unwrap().addr, "fusebox-2:7600");
+    }
+
+    #[test]
+    fn a_node_missing_from_the_peers_is_refused_unless_it_joins() {
+        let peers = "1=a:7600,2=b:7600,3=c:7600";
+        let err = config(&["--id", "4", "--peers", peers, "--listen", "127.0.0.1:7600"]);
+        assert!(err.unwrap_err().to_string().contains("peers must include"));
+        let joining = config(&[
+            "--id",
+            "4",
+            "--peers",
+            peers,
+            "--listen",
+            "127.0.0.1:7600",
+            "--join",
+        ])
+        .unwrap();
+        assert!(joining.join);
+    }
+
+    #[test]
+    fn the_id_comes_from_a_flag_or_the_host_name_not_both() {
+        assert!(config(&["--id", "1", "--id-from-hostname"]).is_err());
     }
 }

@@ -154,6 +154,12 @@ pub const POLICY_PARSE_TIMEOUT_MS: u64 = 2_000;
 /// How often the Raft metrics are copied into the Prometheus gauges and
 /// readiness, in milliseconds.
 pub const METRICS_REFRESH_PERIOD_MS: u64 = 500;
+/// How often breakers and open ledger records are counted for the gauges
+/// `fusebox_breakers` and `fusebox_ledger_records`, in milliseconds.
+pub const CENSUS_PERIOD_MS: u64 = 5_000;
+/// Most ledger records of one status the census counts (summed over the
+/// namespaces); past it the gauge shows this cap.
+pub const LEDGER_CENSUS_MAX: usize = 10_000;
 /// How long shutdown waits for each background task to finish, in
 /// milliseconds, so a stuck task cannot keep the process alive.
 pub const SHUTDOWN_TASK_WAIT_MS: u64 = 5_000;

@@ -30,6 +30,13 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// Labels for gauges keyed by a state (a breaker's, a record's status).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// The state, by its wire name.
+    pub state: String,
+}
+
 /// Every metric a node exports.
 pub struct Metrics {
     registry: Registry,
@@ -41,8 +48,17 @@ pub struct Metrics {
     pub commit_index: Gauge,
     /// Highest log index applied to the state machine.
     pub applied_index: Gauge,
+    /// Times the leader this node knows changed (to another node or to
+    /// none).
+    pub leader_changes: Counter,
     /// Breaker transitions applied, by new state.
     pub breaker_transitions: Family<KindLabel, Counter>,
+    /// Breakers in this node's applied state, by state (counted every few
+    /// seconds).
+    pub breakers: Family<StateLabel, Gauge>,
+    /// Ledger records still in progress or ambiguous, by status (counted
+    /// every few seconds, up to [`crate::limits::LEDGER_CENSUS_MAX`] each).
+    pub ledger_records: Family<StateLabel, Gauge>,
     /// Ledger operations, by answer.
     pub ledger_answers: Family<KindLabel, Counter>,
     /// Probe permits granted.
@@ -88,7 +104,10 @@ impl Metrics {
             leader_id: Gauge::default(),
             commit_index: Gauge::default(),
             applied_index: Gauge::default(),
+            leader_changes: Counter::default(),
             breaker_transitions: Family::default(),
+            breakers: Family::default(),
+            ledger_records: Family::default(),
             ledger_answers: Family::default(),
             probe_grants: Counter::default(),
             rejects: Family::default(),
@@ -136,6 +155,21 @@ impl Metrics {
         );
         r.register("rejects", "Requests refused, by reason", m.rejects.clone());
         r.register(
+            "raft_leader_changes",
+            "Times the leader this node knows changed",
+            m.leader_changes.clone(),
+        );
+        r.register(
+            "breakers",
+            "Breakers in this node's applied state, by state",
+            m.breakers.clone(),
+        );
+        r.register(
+            "ledger_records",
+            "Ledger records in progress or ambiguous, by status (capped count)",
+            m.ledger_records.clone(),
+        );
+        r.register(
             "clock_jumps",
             "Entry stamps that jumped further ahead than the state clock may move at once",
             m.clock_jumps.clone(),
@@ -171,6 +205,15 @@ impl Metrics {
             m.raft_log_syncs.clone(),
         );
         m
+    }
+
+    /// Sets a gauge of `family` labelled `state`.
+    pub fn set_state(family: &Family<StateLabel, Gauge>, state: &str, value: i64) {
+        family
+            .get_or_create(&StateLabel {
+                state: state.to_owned(),
+            })
+            .set(value);
     }
 
     /// Marks the node ready (a leader is known) or not.

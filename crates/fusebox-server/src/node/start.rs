@@ -14,10 +14,11 @@ use crate::api::{AuthService, Forwarder, Gateway, Services};
 use crate::auth::{Guard, GuardLayer, PublishedAuth};
 use crate::backend::Backend;
 use crate::limits::{
-    CONNECTION_STREAMS_MAX, INSTALL_SNAPSHOT_TIMEOUT_MS, LEADER_CONTACT_ELECTIONS,
-    METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES, RAFT_ALIVE_CHECK_PERIOD_MS,
-    RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, SERVER_PING_INTERVAL_MS, SERVER_PING_TIMEOUT_MS,
-    SHUTDOWN_TASK_WAIT_MS, SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
+    CENSUS_PERIOD_MS, CONNECTION_STREAMS_MAX, INSTALL_SNAPSHOT_TIMEOUT_MS,
+    LEADER_CONTACT_ELECTIONS, LEDGER_CENSUS_MAX, METRICS_REFRESH_PERIOD_MS, PURGE_BATCH_ENTRIES,
+    RAFT_ALIVE_CHECK_PERIOD_MS, RAFT_ALIVE_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX,
+    SERVER_PING_INTERVAL_MS, SERVER_PING_TIMEOUT_MS, SHUTDOWN_TASK_WAIT_MS,
+    SNAPSHOT_CHECK_PERIOD_MS, SNAPSHOT_SPACING_LEDGER_DIVISOR,
 };
 use crate::metrics::{self, Metrics};
 use crate::raft::network::Network;
@@ -31,9 +32,10 @@ use fusebox_proto::tls::{
 use fusebox_proto::v1::auth_server::AuthServer;
 use fusebox_proto::v1::cluster_server::ClusterServer;
 use fusebox_proto::v1::raft_server::RaftServer;
-use fusebox_raft_store::{DirIdentity, RaftRuntime};
+use fusebox_raft_store::{DirIdentity, RaftRuntime, StateStore};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, SnapshotPolicy};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -43,6 +45,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tonic::transport::server::Router;
 use tower::layer::util::{Identity, Stack};
 
@@ -554,6 +557,8 @@ fn spawn_metrics_loop(
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
+    let mut leader = None;
+    let mut census_due = Instant::now();
     every(
         Duration::from_millis(METRICS_REFRESH_PERIOD_MS),
         stop,
@@ -566,6 +571,10 @@ fn spawn_metrics_loop(
                 m.current_leader
                     .map_or(0, |l| i64::try_from(l).unwrap_or(0)),
             );
+            if m.current_leader != leader {
+                metrics.leader_changes.inc();
+                leader = m.current_leader;
+            }
             let index = |l: Option<u64>| i64::try_from(l.unwrap_or(0)).unwrap_or(i64::MAX);
             metrics
                 .commit_index
@@ -574,9 +583,69 @@ fn spawn_metrics_loop(
                 .applied_index
                 .set(index(m.last_applied.map(|l| l.index)));
             metrics.set_ready(m.current_leader.is_some());
-            async {}
+            let census = (Instant::now() >= census_due).then(|| {
+                census_due = Instant::now() + Duration::from_millis(CENSUS_PERIOD_MS);
+                (backend.state.clone(), metrics.clone())
+            });
+            async move {
+                if let Some((state, metrics)) = census {
+                    count_states(state, &metrics).await;
+                }
+            }
         },
     )
+}
+
+/// Counts breakers by state and open ledger records by status into their
+/// gauges. The ledger's status index is on disk: off the worker threads.
+async fn count_states(state: StateStore, metrics: &Metrics) {
+    use fusebox_core::breaker::BreakerState;
+    use fusebox_core::ledger::{Index, Status};
+    let counted = fusebox_raft_store::blocking(move || {
+        Ok(state.with_state(|s| {
+            let mut breakers = BTreeMap::<&'static str, i64>::new();
+            for (ns, _) in s.namespaces() {
+                for (_, breaker) in s.breakers_in(ns) {
+                    *breakers.entry(breaker.state().as_str()).or_default() += 1;
+                }
+            }
+            let records = [Status::InProgress, Status::Ambiguous].map(|status| {
+                let mut left = LEDGER_CENSUS_MAX;
+                for (ns, _) in s.namespaces() {
+                    let found = s.ledger().scan(ns, Index::Status(status), "", left).len();
+                    left = left.saturating_sub(found);
+                    if left == 0 {
+                        break;
+                    }
+                }
+                (status, LEDGER_CENSUS_MAX - left)
+            });
+            (breakers, records)
+        }))
+    })
+    .await;
+    let Ok((breakers, records)) = counted else {
+        return;
+    };
+    for state in [
+        BreakerState::Closed,
+        BreakerState::Open,
+        BreakerState::HalfOpen,
+        BreakerState::ForcedOpen,
+        BreakerState::Disabled,
+        BreakerState::MetricsOnly,
+    ] {
+        let name = state.as_str();
+        Metrics::set_state(
+            &metrics.breakers,
+            name,
+            breakers.get(name).copied().unwrap_or(0),
+        );
+    }
+    for (status, n) in records {
+        let value = i64::try_from(n).unwrap_or(i64::MAX);
+        Metrics::set_state(&metrics.ledger_records, status.as_str(), value);
+    }
 }
 
 /// Runs `f` every `period` until `stop` turns true.
