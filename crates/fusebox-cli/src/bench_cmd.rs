@@ -57,6 +57,9 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Begin and complete fresh ledger keys from many clients at once.
     Ledger(LedgerBench),
+    /// A steady ledger and outcome load that rides out faults, then a check
+    /// that nothing acknowledged was lost and the nodes agree.
+    Soak(crate::bench_soak::SoakArgs),
     /// The same workload against etcd: put-if-absent, then put, per key.
     EtcdLedger {
         /// etcd's client endpoints (`HOST:PORT,...`); connections spread
@@ -107,6 +110,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             };
             measure(args.client.json, "fusebox", &bench, pairs).await
         }
+        BenchCommand::Soak(soak) => crate::bench_soak::run(&args.client, soak).await,
         BenchCommand::EtcdLedger { etcd, bench } => {
             check(&bench)?;
             let pairs = crate::bench_etcd::pairs(&etcd, bench.connections).await?;

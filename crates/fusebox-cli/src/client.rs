@@ -93,17 +93,43 @@ impl ClientArgs {
         Ok(Some(tls))
     }
 
+    /// The endpoints given, in order (at most [`ENDPOINTS_MAX`]).
+    pub fn endpoint_list(&self) -> Vec<String> {
+        self.endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .take(ENDPOINTS_MAX)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// One session per endpoint, each dialing its node at its first call
+    /// and again after a broken connection, never moving to the leader:
+    /// for load that must keep going while nodes come and go.
+    pub fn lazy_sessions(&self) -> anyhow::Result<Vec<Session>> {
+        let tls = self.tls()?;
+        let bearer = self.bearer()?;
+        let addrs = self.endpoint_list();
+        if addrs.is_empty() {
+            return Err(Failure::bad_input("no endpoints given (--endpoints HOST:PORT)").into());
+        }
+        addrs
+            .iter()
+            .map(|addr| {
+                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|e| Failure::bad_input(format!("endpoint {addr:?}: {e}")))?;
+                let channel = Net::Tcp.channel_tls(with_timeouts(endpoint), tls.as_ref());
+                Ok(self.bundle(channel, bearer.clone()))
+            })
+            .collect()
+    }
+
     /// Connects to the first endpoint that answers.
     pub async fn connect(&self) -> anyhow::Result<Channel> {
         let tls = self.tls()?;
         let mut last = None;
-        let addrs = self
-            .endpoints
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .take(ENDPOINTS_MAX);
-        for addr in addrs {
+        for addr in &self.endpoint_list() {
             let endpoint = Endpoint::from_shared(format!("http://{addr}"))
                 .map_err(|e| Failure::bad_input(format!("endpoint {addr:?}: {e}")))?;
             match Net::Tcp

@@ -14,6 +14,7 @@
 mod auth_cmd;
 mod bench_cmd;
 mod bench_etcd;
+mod bench_soak;
 mod breakers_change;
 mod breakers_cmd;
 mod breakers_read;

@@ -203,7 +203,7 @@ fn init_tracing(json: bool) {
     }
 }
 
-async fn terminated() {
+pub(crate) async fn terminated() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use fusebox_core::breaker::ProbeAnswer;
-use fusebox_core::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer};
+use fusebox_core::breaker::{BreakerState, ProbeAnswer};
+use fusebox_core::ledger::{BeginAnswer, CompleteAnswer, ResolveAnswer, Status};
 use fusebox_core::machine::Answer;
 use fusebox_core::CoreError;
 use prometheus_client::encoding::text::encode;
@@ -36,6 +36,36 @@ pub struct StateLabel {
     /// The state, by its wire name.
     pub state: String,
 }
+
+/// Why requests are refused, as `fusebox_rejects_total` labels them.
+const REJECT_REASONS: [&str; 3] = ["probe_denied", "writes_blocked", "command_refused"];
+
+/// Every ledger answer, as `fusebox_ledger_answers_total` labels it.
+const LEDGER_ANSWERS: [&str; 12] = [
+    "begin_started",
+    "begin_in_progress",
+    "begin_completed",
+    "begin_mismatch",
+    "begin_ambiguous",
+    "complete_recorded",
+    "complete_already_recorded",
+    "complete_conflict",
+    "complete_not_found",
+    "resolve_resolved",
+    "resolve_not_ambiguous",
+    "resolve_not_found",
+];
+
+/// Every breaker state, as `fusebox_breakers` and
+/// `fusebox_breaker_transitions_total` label it.
+pub const BREAKER_STATES: [BreakerState; 6] = [
+    BreakerState::Closed,
+    BreakerState::Open,
+    BreakerState::HalfOpen,
+    BreakerState::ForcedOpen,
+    BreakerState::Disabled,
+    BreakerState::MetricsOnly,
+];
 
 /// Every metric a node exports.
 pub struct Metrics {
@@ -204,6 +234,26 @@ impl Metrics {
             "WAL syncs made for Raft log appends",
             m.raft_log_syncs.clone(),
         );
+        // Every labelled series exists from the start at zero, so a
+        // dashboard draws a line (and an alert sees a rate) on every node,
+        // leader or not, before the first event.
+        let kind = |k: &str| KindLabel { kind: k.to_owned() };
+        let state = |s: &str| StateLabel {
+            state: s.to_owned(),
+        };
+        for reason in REJECT_REASONS {
+            drop(m.rejects.get_or_create(&kind(reason)));
+        }
+        for answer in LEDGER_ANSWERS {
+            drop(m.ledger_answers.get_or_create(&kind(answer)));
+        }
+        for s in BREAKER_STATES.map(BreakerState::as_str) {
+            drop(m.breaker_transitions.get_or_create(&kind(s)));
+            drop(m.breakers.get_or_create(&state(s)));
+        }
+        for status in [Status::InProgress, Status::Ambiguous].map(Status::as_str) {
+            drop(m.ledger_records.get_or_create(&state(status)));
+        }
         m
     }
 
@@ -377,6 +427,20 @@ mod tests {
         let page = Metrics::new().render();
         assert!(page.contains("process_cpu_seconds_total"), "{page}");
         assert!(page.contains("raft_log_syncs_total"), "{page}");
+    }
+
+    #[test]
+    fn every_labelled_series_is_there_before_its_first_event() {
+        let page = Metrics::new().render();
+        for series in [
+            "fusebox_rejects_total{kind=\"writes_blocked\"} 0",
+            "fusebox_ledger_answers_total{kind=\"begin_ambiguous\"} 0",
+            "fusebox_breaker_transitions_total{kind=\"open\"} 0",
+            "fusebox_breakers{state=\"forced_open\"} 0",
+            "fusebox_ledger_records{state=\"ambiguous\"} 0",
+        ] {
+            assert!(page.contains(series), "{series} missing from {page}");
+        }
         if cfg!(target_os = "linux") {
             assert!(process_cpu_seconds().is_some());
         }

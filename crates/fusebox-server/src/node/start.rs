@@ -599,7 +599,6 @@ fn spawn_metrics_loop(
 /// Counts breakers by state and open ledger records by status into their
 /// gauges. The ledger's status index is on disk: off the worker threads.
 async fn count_states(state: StateStore, metrics: &Metrics) {
-    use fusebox_core::breaker::BreakerState;
     use fusebox_core::ledger::{Index, Status};
     let counted = fusebox_raft_store::blocking(move || {
         Ok(state.with_state(|s| {
@@ -627,14 +626,7 @@ async fn count_states(state: StateStore, metrics: &Metrics) {
     let Ok((breakers, records)) = counted else {
         return;
     };
-    for state in [
-        BreakerState::Closed,
-        BreakerState::Open,
-        BreakerState::HalfOpen,
-        BreakerState::ForcedOpen,
-        BreakerState::Disabled,
-        BreakerState::MetricsOnly,
-    ] {
+    for state in metrics::BREAKER_STATES {
         let name = state.as_str();
         Metrics::set_state(
             &metrics.breakers,
