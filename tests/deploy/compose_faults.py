@@ -12,7 +12,10 @@ the cluster's network, this:
 3. restarts the three nodes one at a time (a rolling restart), each back
    and caught up before the next;
 4. kills a follower's process from outside (a crash, not `docker kill`):
-   the restart policy must bring it back.
+   the restart policy must bring it back;
+5. backs a follower up (stopped, its volume copied, started) and later
+   restores it (stopped, volume wiped, the copy put back): it must catch
+   up from its copy.
 
 Then it stops the load; the soak checks that no acknowledged ledger record
 was lost, that no key was answered `started` twice and that every node
@@ -25,6 +28,7 @@ Everything it starts is removed at the end, whatever happens.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -282,6 +286,35 @@ def crash_a_follower(cluster, timeline, report):
     }
 
 
+def back_up_and_restore(cluster, timeline, workdir, report):
+    """A follower stopped and copied, started; later stopped again, its
+    volume wiped and the copy put back: it must catch up from there."""
+    leader = cluster.leader()
+    node = next(n for n in NODES if n != leader)
+    service, volume = f"fusebox-{node}", f"{cluster.project}_data-{node}"
+    in_volume = ["docker", "run", "--rm", "-v", f"{volume}:/data", "-v", f"{workdir}:/backup",
+                 "--entrypoint", "sh", cluster.image, "-c"]
+    log(f"backup: node {node} stopped, its data directory copied, started again")
+    wall0 = time.time()
+    cluster.compose("stop", "-t", "20", service)
+    run(in_volume + ["tar -C /data -czf /backup/backup.tgz ."])
+    cluster.compose("start", service)
+    cluster.wait_healthy(node)
+    time.sleep(5)  # the copy falls behind
+    log(f"restore: node {node} stopped, its volume wiped, the copy put back")
+    cluster.compose("stop", "-t", "20", service)
+    run(in_volume + ["find /data -mindepth 1 -delete && tar -C /data -xzf /backup/backup.tgz"])
+    t0 = time.monotonic()
+    cluster.compose("start", service)
+    cluster.wait_healthy(node)
+    caught, index = cluster.wait_caught_up(node, t0)
+    log(f"node {node} restored from its copy and at index {index} {caught:.1f} s after its start")
+    report["backup_restore"] = {
+        "node": node, "catch_up_s": round(caught, 2),
+        "writes_failed": timeline.failed_between(wall0, time.time()),
+    }
+
+
 def check_metrics(report):
     """The manifests are valid, and every metric the Grafana dashboard uses
     is one a node exports."""
@@ -337,6 +370,7 @@ def main():
         cut_off_the_leader(cluster, timeline, report)
         rolling_restart(cluster, timeline, report)
         crash_a_follower(cluster, timeline, report)
+        back_up_and_restore(cluster, timeline, workdir, report)
 
         log("stopping the load; the soak checks what was acknowledged")
         time.sleep(3)
@@ -361,6 +395,7 @@ def main():
             cluster.compose("down", "-v", "--remove-orphans", timeout=120)
         except Exception as e:  # the teardown must not hide the result
             log(f"teardown: {e}")
+        shutil.rmtree(workdir, ignore_errors=True)
         report["seconds"] = round(time.monotonic() - started, 1)
 
     print(json.dumps(report, indent=2))
@@ -380,6 +415,9 @@ def summary(report):
     if "crash" in report:
         c = report["crash"]
         log(f"crash: node {c['node']} back in {c['back_s']} s, {c['writes_failed']} writes refused")
+    if "backup_restore" in report:
+        b = report["backup_restore"]
+        log(f"backup and restore: node {b['node']} caught up {b['catch_up_s']} s after starting on its restored copy, {b['writes_failed']} writes refused")
     if "soak" in report:
         s = report["soak"]
         log(f"soak: {s.get('writes_acknowledged')} writes acknowledged, {s.get('keys_completed')} keys completed, {s.get('records_checked')} records checked, {s.get('breakers_compared')} breakers compared, {len(s.get('violations', []))} violations")
