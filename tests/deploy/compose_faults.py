@@ -383,8 +383,8 @@ def main():
         if code != 0 or soak.get("violations"):
             raise Failed(f"the soak found violations (exit {code}): {output[-4000:]}")
         check_metrics(report)
-    except Failed as e:
-        log(f"FAILED: {e}")
+    except Exception as e:  # any error fails the test, with the nodes' logs
+        log(f"FAILED: {e!r}" if not isinstance(e, Failed) else f"FAILED: {e}")
         for node in NODES:
             tail = run(["docker", "logs", "--tail", "30", cluster.container(node)], check=False)
             print(f"--- last log lines of node {node}:\n{tail}")
@@ -403,24 +403,32 @@ def main():
     sys.exit(1 if "failed" in report else 0)
 
 
+class Fields(dict):
+    """A report entry for str.format_map; a field it lacks reads as '?'."""
+
+    def __missing__(self, key):
+        return "?"
+
+
+SUMMARY = (
+    ("leader_kill", "leader kill: new leader in {new_leader_s} s, killed node caught up {catch_up_s} s after its start, {writes_failed} writes refused"),
+    ("partition", "partition: new leader in {new_leader_s} s, cut-off node acknowledged {minority_writes_acknowledged} writes, caught up {catch_up_s} s after the heal, {writes_failed} writes refused"),
+    ("rolling_restart", "rolling restart: node {node} back in {back_s} s, {writes_failed} writes refused"),
+    ("crash", "crash: node {node} back in {back_s} s, {writes_failed} writes refused"),
+    ("backup_restore", "backup and restore: node {node} caught up {catch_up_s} s after starting on its restored copy, {writes_failed} writes refused"),
+    ("soak", "soak: {writes_acknowledged} writes acknowledged, {keys_completed} keys completed, {records_checked} records checked, {breakers_compared} breakers compared, {violations} violations"),
+)
+
+
 def summary(report):
-    if "leader_kill" in report:
-        k = report["leader_kill"]
-        log(f"leader kill: new leader in {k['new_leader_s']} s, killed node caught up {k['catch_up_s']} s after its start, {k['writes_failed']} writes refused")
-    if "partition" in report:
-        p = report["partition"]
-        log(f"partition: new leader in {p['new_leader_s']} s, cut-off node acknowledged {p['minority_writes_acknowledged']} writes, caught up {p['catch_up_s']} s after the heal, {p['writes_failed']} writes refused")
-    for step in report.get("rolling_restart", []):
-        log(f"rolling restart: node {step['node']} back in {step['back_s']} s, {step['writes_failed']} writes refused")
-    if "crash" in report:
-        c = report["crash"]
-        log(f"crash: node {c['node']} back in {c['back_s']} s, {c['writes_failed']} writes refused")
-    if "backup_restore" in report:
-        b = report["backup_restore"]
-        log(f"backup and restore: node {b['node']} caught up {b['catch_up_s']} s after starting on its restored copy, {b['writes_failed']} writes refused")
-    if "soak" in report:
-        s = report["soak"]
-        log(f"soak: {s.get('writes_acknowledged')} writes acknowledged, {s.get('keys_completed')} keys completed, {s.get('records_checked')} records checked, {s.get('breakers_compared')} breakers compared, {len(s.get('violations', []))} violations")
+    """One line per fault, then the verdict."""
+    for key, line in SUMMARY:
+        entries = report.get(key, [])
+        for entry in entries if isinstance(entries, list) else [entries]:
+            fields = Fields(entry)
+            if isinstance(fields.get("violations"), list):
+                fields["violations"] = len(fields["violations"])
+            log(line.format_map(fields))
     log(f"deploy test {'FAILED' if 'failed' in report else 'passed'} in {report.get('seconds')} s")
 
 

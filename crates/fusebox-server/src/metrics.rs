@@ -108,7 +108,7 @@ pub struct Metrics {
     pub clock_jumps: Gauge,
     /// How far the last entry's stamp is ahead of the state clock, in ms
     /// (non-zero while the clock catches up on a jump at a bounded pace).
-    pub clock_behind_stamp_ms: Gauge,
+    pub clock_behind_stamp_seconds: Gauge<f64, AtomicU64>,
     /// CPU time this process has used, user and system, in seconds
     /// (refreshed when scraped; Linux only).
     pub process_cpu_seconds: Counter<f64, AtomicU64>,
@@ -145,7 +145,7 @@ impl Metrics {
             report_batch_size: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
             write_latency_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             clock_jumps: Gauge::default(),
-            clock_behind_stamp_ms: Gauge::default(),
+            clock_behind_stamp_seconds: Gauge::default(),
             process_cpu_seconds: Counter::default(),
             raft_log_syncs: Counter::default(),
             refresh: Mutex::new(()),
@@ -205,9 +205,9 @@ impl Metrics {
             m.clock_jumps.clone(),
         );
         r.register(
-            "clock_behind_stamp_ms",
-            "How far the last entry stamp is ahead of the state clock (ms)",
-            m.clock_behind_stamp_ms.clone(),
+            "clock_behind_stamp_seconds",
+            "How far the last entry stamp is ahead of the state clock",
+            m.clock_behind_stamp_seconds.clone(),
         );
         r.register(
             "apply_latency_seconds",

@@ -27,9 +27,10 @@ impl Observer {
     fn watch_clock(&self, state: &SharedStateMachine, installed: bool) {
         let clock = state.clock();
         let jumps = i64::try_from(clock.clamps()).unwrap_or(i64::MAX);
-        let behind = i64::try_from(clock.behind_stamp_ms()).unwrap_or(i64::MAX);
         let before = self.metrics.clock_jumps.set(jumps);
-        self.metrics.clock_behind_stamp_ms.set(behind);
+        self.metrics
+            .clock_behind_stamp_seconds
+            .set(clock.behind_stamp_ms() as f64 / 1000.0);
         if jumps > before && !installed {
             tracing::warn!(
                 state_clock_ms = clock.now().as_millis(),
