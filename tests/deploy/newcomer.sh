@@ -23,7 +23,14 @@ trap 'docker rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$clone"' EXIT
 
 git clone -q "$root" "$clone/fusebox"
 docker rm -f "$name" >/dev/null 2>&1 || true
-docker run -d --name "$name" \
+# This machine reaches crates.io through a proxy whose CA only the host
+# trusts: hand the host's CA bundle to cargo in the container, as a
+# newcomer's own machine would trust its network. Nothing is installed.
+trust=()
+if [ -n "${SSL_CERT_FILE:-}" ] && [ -r "$SSL_CERT_FILE" ]; then
+    trust=(-v "$SSL_CERT_FILE:/opt/host-ca.pem:ro" -e CARGO_HTTP_CAINFO=/opt/host-ca.pem)
+fi
+docker run -d --name "$name" "${trust[@]}" \
     -v "$clone/fusebox:/home/newcomer/fusebox" \
     -v "$rustup_home:/opt/rustup:ro" -v "$cargo_bin:/opt/cargo-bin:ro" \
     -e RUSTUP_HOME=/opt/rustup -e PATH=/opt/cargo-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -23,6 +23,7 @@ mod certs_cmd;
 mod client;
 mod cluster_cmd;
 mod failure;
+mod gateway_cmd;
 mod health_cmd;
 mod http_get;
 mod killswitch_cmd;
@@ -84,6 +85,9 @@ enum Command {
     /// Measure a cluster: ledger pairs per second, latency, server cost.
     #[command(after_help = EXIT_CODES_HELP)]
     Bench(bench_cmd::BenchArgs),
+    /// An MCP proxy that sends every tools/call through the gate (one
+    /// gateway = one replica of the fleet).
+    Gateway(gateway_cmd::GatewayArgs),
     /// Whether a node runs (or with --ready, knows a leader): exit 0 or 1,
     /// for container health checks.
     Health(health_cmd::HealthArgs),
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
             Command::Auth(args) => auth_cmd::run(args).await,
             Command::Bench(args) => bench_cmd::run(args).await,
             Command::Health(args) => health_cmd::run(args).await,
+            Command::Gateway(args) => gateway_cmd::run(args).await,
         }
     });
     match result {

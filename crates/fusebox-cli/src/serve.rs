@@ -192,7 +192,7 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
     Ok(config)
 }
 
-fn init_tracing(json: bool) {
+pub(crate) fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
