@@ -5,6 +5,8 @@
 # installed by hand, runs `scripts/serve`; the test passes once the node it
 # serves answers /readyz.
 #
+# (dash, the image's sh, has no /dev/tcp: the readiness check uses bash.)
+#
 # The one thing the container is given is this machine's Rust toolchain
 # (mounted read-only), standing in for a newcomer's rustup install: these
 # machines reach crates.io but not rustup's download site.
@@ -43,7 +45,7 @@ while :; do
         echo "FAILED: scripts/serve exited"
         exit 1
     fi
-    if docker exec "$name" sh -c 'exec 3<>/dev/tcp/127.0.0.1/7680 && printf "GET /readyz HTTP/1.0\r\n\r\n" >&3 && grep -q "^ready" <&3' 2>/dev/null; then
+    if docker exec "$name" bash -c 'exec 3<>/dev/tcp/127.0.0.1/7680 && printf "GET /readyz HTTP/1.0\r\n\r\n" >&3 && grep -q "^ready" <&3' 2>/dev/null; then
         echo "the node serves: /readyz answered ready $(( $(date +%s) - started )) s after scripts/serve started"
         docker logs --tail 3 "$name"
         exit 0
