@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The gateway test (test_gateway.py): `fusebox gateway` between the official
-# MCP Python SDK's client and a FastMCP upstream, in front of a real
-# 3-node cluster.
+# MCP Python SDK's client and FastMCP upstreams, in front of a real 3-node
+# cluster; then a bounded run of the added-latency benchmark (bench.sh), so
+# `fusebox bench gateway` keeps working.
 #
 # Installs the Python side in a virtual environment of its own (pinned:
 # FastMCP 4.2.3 and the MCP SDK 2.3.0, from PyPI), kept in ~/.cache so a
@@ -15,7 +16,7 @@ cd "$root"
 
 bin=${1:-${CARGO_TARGET_DIR:-$root/target}/debug/fusebox}
 if [ ! -x "$bin" ]; then
-    cargo build -p fusebox-cli --locked
+    cargo test --workspace --no-run --locked  # the same build as scripts/test
 fi
 
 venv=${FUSEBOX_GATEWAY_VENV:-$HOME/.cache/fusebox-gateway-venv}
@@ -30,3 +31,6 @@ if ! "$venv/bin/python" -c 'import fastmcp, mcp' 2>/dev/null \
 fi
 
 "$venv/bin/python" tests/gateway/test_gateway.py "$bin"
+
+echo "==> a bounded run of the gateway benchmark"
+FUSEBOX_GATEWAY_VENV=$venv tests/gateway/bench.sh "$bin" --agents 1,4 --seconds 1 --rounds 1 --warmup-seconds 0.2

@@ -60,6 +60,9 @@ enum BenchCommand {
     /// A steady ledger and outcome load that rides out faults, then a check
     /// that nothing acknowledged was lost and the nodes agree.
     Soak(crate::bench_soak::SoakArgs),
+    /// The latency `fusebox gateway` adds to an MCP tool call: the same
+    /// tool called directly and through the gateway, in turns.
+    Gateway(GatewayBenchArgs),
     /// The same workload against etcd: put-if-absent, then put, per key.
     EtcdLedger {
         /// etcd's client endpoints (`HOST:PORT,...`); connections spread
@@ -94,6 +97,122 @@ pub(crate) struct LedgerBench {
     metrics: Vec<String>,
 }
 
+/// Flags of `fusebox bench gateway`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct GatewayBenchArgs {
+    /// The upstream's own Streamable HTTP endpoint.
+    #[arg(long)]
+    direct: String,
+    /// The gateway's endpoint for the same upstream
+    /// (`http://HOST:PORT/servers/NAME/mcp`).
+    #[arg(long)]
+    via: String,
+    /// The tool to call (a read-only one: it is called many times).
+    #[arg(long)]
+    tool: String,
+    /// Its arguments, a JSON object.
+    #[arg(long, default_value = "{}")]
+    arguments: String,
+    /// Concurrent agents, each count measured in turn.
+    #[arg(long, value_delimiter = ',', default_value = "1,32")]
+    agents: Vec<usize>,
+    /// Seconds measured per path and agent count.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Turns each path takes per agent count (the paths alternate).
+    #[arg(long, default_value_t = 4)]
+    rounds: u32,
+    /// Seconds run before each turn and not counted.
+    #[arg(long, default_value_t = 0.5)]
+    warmup_seconds: f64,
+}
+
+async fn bench_gateway(json: bool, args: GatewayBenchArgs) -> anyhow::Result<()> {
+    let arguments: serde_json::Value = serde_json::from_str(&args.arguments)
+        .map_err(|e| Failure::bad_input(format!("--arguments is not JSON: {e}")))?;
+    let serde_json::Value::Object(arguments) = arguments else {
+        return Err(Failure::bad_input("--arguments must be a JSON object").into());
+    };
+    let agents_ok = !args.agents.is_empty()
+        && args
+            .agents
+            .iter()
+            .all(|&n| (1..=fusebox_gateway::bench::AGENTS_MAX).contains(&n));
+    if !agents_ok {
+        let max = fusebox_gateway::bench::AGENTS_MAX;
+        return Err(Failure::bad_input(format!("--agents: counts from 1 to {max}")).into());
+    }
+    let limit = SECONDS_MAX as f64;
+    let in_bounds = args.seconds > 0.0
+        && args.seconds <= limit
+        && (0.0..=limit).contains(&args.warmup_seconds)
+        && (1..=100).contains(&args.rounds);
+    if !in_bounds {
+        let message = format!("--seconds in (0, {SECONDS_MAX}], --warmup-seconds in [0, {SECONDS_MAX}], --rounds 1 to 100");
+        return Err(Failure::bad_input(message).into());
+    }
+    let bench = fusebox_gateway::bench::GatewayBench {
+        direct: args.direct,
+        via: args.via,
+        tool: args.tool,
+        arguments,
+        agents: args.agents,
+        seconds: args.seconds,
+        rounds: args.rounds,
+        warmup_seconds: args.warmup_seconds,
+    };
+    let figures = fusebox_gateway::bench::run(&bench, |turn| {
+        if !json {
+            eprintln!("  {turn}");
+        }
+    })
+    .await
+    .map_err(|e| Failure::new(crate::failure::ExitKind::Unavailable, e))?;
+    if json {
+        outln!(
+            "{}",
+            json!({ "bench": "gateway", "tool": bench.tool, "results": figures })
+        );
+        return Ok(());
+    }
+    outln!(
+        "{:>6}  {:<8} {:>9} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "agents",
+        "path",
+        "calls",
+        "calls/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "errors"
+    );
+    for f in &figures {
+        for (path, p) in [("direct", &f.direct), ("gateway", &f.via)] {
+            outln!(
+                "{:>6}  {:<8} {:>9} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>7}",
+                f.agents,
+                path,
+                p.calls,
+                p.calls_per_second,
+                p.p50_ms,
+                p.p99_ms,
+                p.max_ms,
+                p.errors
+            );
+        }
+        outln!(
+            "{:>6}  {:<8} {:>9} {:>10} {:>+9.3} {:>+9.3}",
+            f.agents,
+            "added",
+            "",
+            "",
+            f.added_p50_ms,
+            f.added_p99_ms
+        );
+    }
+    Ok(())
+}
+
 /// Runs a `fusebox bench` command.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
@@ -111,6 +230,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             measure(args.client.json, "fusebox", &bench, pairs).await
         }
         BenchCommand::Soak(soak) => crate::bench_soak::run(&args.client, soak).await,
+        BenchCommand::Gateway(gateway) => bench_gateway(args.client.json, gateway).await,
         BenchCommand::EtcdLedger { etcd, bench } => {
             check(&bench)?;
             let pairs = crate::bench_etcd::pairs(&etcd, bench.connections).await?;

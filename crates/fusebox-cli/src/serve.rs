@@ -192,14 +192,26 @@ fn config_of(args: &ServeArgs) -> anyhow::Result<NodeConfig> {
     Ok(config)
 }
 
+/// Where log lines are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogTo {
+    Stdout,
+    Stderr,
+}
+
 pub(crate) fn init_tracing(json: bool) {
+    init_tracing_to(json, LogTo::Stdout);
+}
+
+pub(crate) fn init_tracing_to(json: bool, to: LogTo) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
+    match (json, to) {
+        (true, LogTo::Stdout) => builder.json().init(),
+        (false, LogTo::Stdout) => builder.init(),
+        (true, LogTo::Stderr) => builder.json().with_writer(std::io::stderr).init(),
+        (false, LogTo::Stderr) => builder.with_writer(std::io::stderr).init(),
     }
 }
 

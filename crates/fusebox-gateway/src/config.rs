@@ -1,11 +1,13 @@
 //! The gateway's configuration file (TOML).
 //!
 //! ```toml
-//! listen = "127.0.0.1:7700"          # where agents connect
+//! listen = "127.0.0.1:7700"          # where agents connect (and /metrics)
 //! namespace = "payments"             # the cluster namespace of these tools
 //! replica_id = "agent-7"             # this gateway, as one replica of the fleet
 //! cluster = ["127.0.0.1:7601", "127.0.0.1:7602", "127.0.0.1:7603"]
 //! budget_ms = 60000                  # the most one tools/call may take, retries included
+//! tool_prefix = "on_collision"       # the aggregated endpoint: "on_collision" or "always"
+//! tool_prefix_separator = "__"       # tax-vendor__lookup
 //!
 //! [[upstream]]
 //! name = "tax-vendor"                # served at /servers/tax-vendor/mcp
@@ -30,13 +32,28 @@ const CONFIG_BYTES_MAX: u64 = 1 << 20;
 pub const UPSTREAMS_MAX: usize = 64;
 /// Longest budget for one call.
 const BUDGET_MS_MAX: u64 = 3_600_000;
+/// Longest tool name prefix separator.
+const SEPARATOR_BYTES_MAX: usize = 8;
+
+/// When the aggregated endpoint prefixes a tool's name with its server's.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolPrefix {
+    /// Only the names two upstreams share (each gets its server's prefix).
+    #[default]
+    OnCollision,
+    /// Every name.
+    Always,
+}
 
 /// What the gateway serves, and for whom.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Where agents connect (Streamable HTTP).
-    pub listen: SocketAddr,
+    /// Where agents connect (Streamable HTTP) and `/metrics` is served.
+    /// Required unless the gateway serves one agent on stdio.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
     /// The cluster namespace these tools are governed in.
     pub namespace: String,
     /// This gateway's replica id in the fleet (default: the host name).
@@ -50,6 +67,12 @@ pub struct GatewayConfig {
     /// The most one `tools/call` may take, retries included, in ms.
     #[serde(default = "default_budget_ms")]
     pub budget_ms: u64,
+    /// When the aggregated endpoint (`/mcp`) prefixes tool names.
+    #[serde(default)]
+    pub tool_prefix: ToolPrefix,
+    /// What joins a server's name and a tool's in a prefixed name.
+    #[serde(default = "default_separator")]
+    pub tool_prefix_separator: String,
     /// The tool servers behind the gateway.
     #[serde(rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,
@@ -57,6 +80,10 @@ pub struct GatewayConfig {
 
 fn default_budget_ms() -> u64 {
     60_000
+}
+
+fn default_separator() -> String {
+    "__".to_owned()
 }
 
 /// One tool server behind the gateway.
@@ -149,6 +176,17 @@ impl GatewayConfig {
         if self.budget_ms == 0 || self.budget_ms > BUDGET_MS_MAX {
             return Err(format!("budget_ms must be 1 to {BUDGET_MS_MAX}"));
         }
+        let separator = &self.tool_prefix_separator;
+        let separator_ok = !separator.is_empty()
+            && separator.len() <= SEPARATOR_BYTES_MAX
+            && separator
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !separator_ok {
+            return Err(format!(
+                "tool_prefix_separator {separator:?}: 1 to {SEPARATOR_BYTES_MAX} of A-Z a-z 0-9 - _ ."
+            ));
+        }
         let mut names = std::collections::BTreeSet::new();
         for upstream in &self.upstreams {
             let name = &upstream.name;
@@ -196,6 +234,14 @@ mod tests {
     fn upstreams_are_urls_or_commands() {
         let config = parse(GOOD).unwrap();
         assert_eq!(config.budget_ms, 60_000);
+        assert_eq!(config.tool_prefix, ToolPrefix::OnCollision);
+        assert_eq!(config.tool_prefix_separator, "__");
+        let always = parse(&GOOD.replace(
+            "namespace = \"payments\"",
+            "namespace = \"payments\"\ntool_prefix = \"always\"",
+        ))
+        .unwrap();
+        assert_eq!(always.tool_prefix, ToolPrefix::Always);
         assert_eq!(
             config.upstreams[0].at(),
             Ok(UpstreamAt::Url("http://127.0.0.1:9000/mcp".into()))
@@ -221,5 +267,7 @@ mod tests {
         assert!(parse(&unknown).is_err());
         let ftp = GOOD.replace("http://127.0.0.1:9000/mcp", "ftp://x");
         assert!(parse(&ftp).unwrap_err().contains("http"));
+        let slash = format!("tool_prefix_separator = \"/\"\n{GOOD}");
+        assert!(parse(&slash).unwrap_err().contains("tool_prefix_separator"));
     }
 }

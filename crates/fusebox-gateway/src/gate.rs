@@ -19,20 +19,30 @@
 //! result with `isError: true` whose text is the SDK's one-line message for
 //! the model.
 
+use crate::metrics::{CallRecord, Ended, GatewayMetrics, LedgerAnswer};
+use crate::upstream::{ProgressTarget, Upstream};
 use fusebox_client::{
     derive_key, CallContext, Client, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef,
     WriteRequest, WriteSuccess,
 };
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode, JsonObject};
-use rmcp::{ErrorData, Peer, RoleClient, ServiceError};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode, MetaObject, RequestMetaObject,
+};
+use rmcp::{ErrorData, ServiceError};
 use sha2::{Digest as _, Sha256};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 
 /// The `_meta` field of a `tools/call` that carries the agent's intent id
 /// (one user intent, stable across the agent's retries of it). A write's
 /// idempotency key is derived from it and the call's canonical arguments.
 pub const INTENT_META_KEY: &str = "fusebox/intentId";
+
+/// The `_meta` field set to `true` on a result the gate admitted without a
+/// fresh view of the cluster (the breaker's `on_partition` decided).
+pub const DEGRADED_META_KEY: &str = "fusebox/degraded";
 
 /// Longest intent id taken from `_meta`.
 const INTENT_BYTES_MAX: usize = 256;
@@ -45,18 +55,67 @@ enum Answered {
     Error(ErrorData),
 }
 
-type LastAnswer = Arc<Mutex<Option<Answered>>>;
+type LastAnswer = Mutex<Option<Answered>>;
+
+/// One call's trace through the gate: what the upstream last answered,
+/// how many attempts went upstream, and how long they took there.
+#[derive(Default)]
+struct Trace {
+    last: LastAnswer,
+    sent: AtomicU32,
+    upstream_ns: AtomicU64,
+}
+
+impl Trace {
+    fn keep(&self, answer: Answered) {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+    }
+
+    fn take(&self) -> Option<Answered> {
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// Adds an attempt's time upstream to its trace, however the attempt ends
+/// (answered, or dropped at its deadline).
+struct Upstreamed<'a> {
+    trace: &'a Trace,
+    started: Instant,
+}
+
+impl Drop for Upstreamed<'_> {
+    fn drop(&mut self) {
+        let ns = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.trace.upstream_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// How a gated call ended, for the gate's own bookkeeping.
+struct Finished {
+    result: Result<CallToolResult, ErrorData>,
+    ended: Ended,
+    ledger: Option<LedgerAnswer>,
+    degraded: bool,
+}
 
 /// The gate one gateway process holds: one SDK client, one replica.
 pub struct Gate {
     client: Client,
     budget: Duration,
+    metrics: GatewayMetrics,
 }
 
 impl Gate {
     /// A gate over `client`, each call allowed `budget` in all.
     pub fn new(client: Client, budget: Duration) -> Gate {
-        Gate { client, budget }
+        Gate {
+            client,
+            budget,
+            metrics: GatewayMetrics::default(),
+        }
     }
 
     /// The SDK client (for the view and metrics).
@@ -64,41 +123,153 @@ impl Gate {
         &self.client
     }
 
-    /// Calls `params` on `upstream` (the server named `server`) through the
-    /// gate. `meta` is the call's `_meta`.
+    /// The gateway's counters.
+    pub fn metrics(&self) -> &GatewayMetrics {
+        &self.metrics
+    }
+
+    /// Calls `params` on `upstream` through the gate. `meta` is the call's
+    /// `_meta` (passed upstream); `progress`, when the agent asked for
+    /// progress, is where the upstream's progress notifications go.
     pub async fn call(
         &self,
-        upstream: &Peer<RoleClient>,
-        server: &str,
+        upstream: &Arc<Upstream>,
         params: CallToolRequestParams,
-        meta: &JsonObject,
+        meta: RequestMetaObject,
+        progress: Option<ProgressTarget>,
     ) -> Result<CallToolResult, ErrorData> {
-        let tool = ToolRef::new(server, &params.name)
-            .map_err(|e| ErrorData::invalid_params(e.model_message(), None))?;
+        let started = Instant::now();
+        let span = tracing::info_span!(
+            "fusebox.gateway.call",
+            server = %upstream.name,
+            tool = %params.name,
+            intent_id = tracing::field::Empty,
+            ended = tracing::field::Empty,
+            added_us = tracing::field::Empty,
+        );
+        let tool_name = params.name.to_string();
+        let trace = Arc::new(Trace::default());
+        let finished = match upstream.check_arguments(&params.name, params.arguments.as_ref()) {
+            // The caller's mistake: not sent, not counted against the tool,
+            // and said to the model so it can correct the call.
+            Err(invalid) => Finished {
+                result: Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "Invalid arguments for {tool_name}: {}. The tool was not called; fix the arguments and call it again.",
+                    invalid.0
+                ))])),
+                ended: Ended::InvalidArguments,
+                ledger: None,
+                degraded: false,
+            },
+            Ok(()) => {
+                self.gated(upstream, params, meta, progress, &trace)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
+        let upstream_time = Duration::from_nanos(trace.upstream_ns.load(Ordering::Relaxed));
+        let added = started.elapsed().saturating_sub(upstream_time);
+        let sent = trace.sent.load(Ordering::Relaxed);
+        span.record("ended", tracing::field::debug(finished.ended));
+        span.record("added_us", added.as_micros() as u64);
+        self.metrics.record(&CallRecord {
+            server: &upstream.name,
+            tool: &tool_name,
+            ended: finished.ended,
+            retries: sent.saturating_sub(1),
+            ledger: finished.ledger,
+            degraded: finished.degraded,
+            added,
+        });
+        finished.result
+    }
+
+    async fn gated(
+        &self,
+        upstream: &Arc<Upstream>,
+        params: CallToolRequestParams,
+        meta: RequestMetaObject,
+        progress: Option<ProgressTarget>,
+        trace: &Arc<Trace>,
+    ) -> Finished {
+        let tool = match ToolRef::new(&upstream.name, &params.name) {
+            Ok(tool) => tool,
+            Err(e) => {
+                return Finished {
+                    result: Err(ErrorData::invalid_params(e.model_message(), None)),
+                    ended: Ended::Other,
+                    ledger: None,
+                    degraded: false,
+                }
+            }
+        };
         let given = meta
+            .0
+             .0
             .get(INTENT_META_KEY)
             .and_then(|v| v.as_str())
-            .filter(|id| !id.is_empty() && id.len() <= INTENT_BYTES_MAX);
-        let intent = match given {
-            Some(id) => id.to_owned(),
+            .filter(|id| !id.is_empty() && id.len() <= INTENT_BYTES_MAX)
+            .map(str::to_owned);
+        let intent = match &given {
+            Some(id) => id.clone(),
             None => format!("gw-{:016x}", fastrand::u64(..)),
         };
+        tracing::Span::current().record("intent_id", intent.as_str());
         let journey = Journey::new(intent, self.budget, Duration::ZERO);
-        let last: LastAnswer = Arc::default();
-        let effect = self.client.tool_policy(&tool).effect;
-        let ended = if effect.is_write() {
-            self.write(&journey, &tool, upstream, params, given.is_some(), &last)
-                .await
-        } else {
-            self.read(&journey, &tool, upstream, params, &last).await
+        let mut forwarded = meta;
+        forwarded.0 .0.remove("progressToken");
+        let send = Sender {
+            upstream: upstream.clone(),
+            meta: forwarded,
+            progress,
+            trace: trace.clone(),
         };
-        let kept = last.lock().unwrap_or_else(PoisonError::into_inner).take();
-        match (ended, kept) {
-            (Ok(result), _) => Ok(result),
+        let effect = self.client.tool_policy(&tool).effect;
+        let (ended, degraded, ledger) = if effect.is_write() {
+            let ended = self
+                .write(&journey, &tool, &send, params, given.is_some())
+                .await;
+            let ledger = match &ended {
+                Ok((_, true)) => Some("replayed"),
+                Ok((_, false)) => Some("performed"),
+                Err(e) => ledger_answer(e),
+            };
+            (ended.map(|(r, _)| r), false, ledger)
+        } else {
+            match self.read(&journey, &tool, &send, params).await {
+                Ok((result, degraded)) => (Ok(result), degraded, None),
+                Err(e) => (Err(e), false, None),
+            }
+        };
+        let kept = trace.take();
+        let (result, how) = match (ended, kept) {
+            (Ok(mut result), _) => {
+                if degraded {
+                    let meta = result.meta.get_or_insert_with(MetaObject::new);
+                    meta.0
+                        .insert(DEGRADED_META_KEY.into(), serde_json::Value::Bool(true));
+                }
+                let how = if ledger == Some("replayed") {
+                    Ended::Ledger
+                } else {
+                    Ended::Answered
+                };
+                (Ok(result), how)
+            }
             // The upstream answered and the gate stopped there: its words.
-            (Err(ClientError::ToolFailed { .. }), Some(Answered::Result(r))) => Ok(r),
-            (Err(ClientError::ToolFailed { .. }), Some(Answered::Error(e))) => Err(e),
-            (Err(refused), _) => Ok(refusal(&refused)),
+            (Err(ClientError::ToolFailed { .. }), Some(Answered::Result(r))) => {
+                (Ok(r), Ended::Failed)
+            }
+            (Err(ClientError::ToolFailed { .. }), Some(Answered::Error(e))) => {
+                (Err(e), Ended::Failed)
+            }
+            (Err(refused), _) => (Ok(refusal(&refused)), ended_by(&refused)),
+        };
+        Finished {
+            result,
+            ended: how,
+            ledger,
+            degraded,
         }
     }
 
@@ -106,29 +277,28 @@ impl Gate {
         &self,
         journey: &Journey,
         tool: &ToolRef,
-        upstream: &Peer<RoleClient>,
+        send: &Sender,
         params: CallToolRequestParams,
-        last: &LastAnswer,
-    ) -> Result<CallToolResult, ClientError> {
+    ) -> Result<(CallToolResult, bool), ClientError> {
         let out = self
             .client
             .call(journey, tool, |_ctx: CallContext| {
-                let (upstream, params, last) = (upstream.clone(), params.clone(), last.clone());
-                async move { classify(upstream.call_tool(params).await, &last) }
+                let (send, params) = (send.clone(), params.clone());
+                async move { send.call(params).await }
             })
             .await?;
-        Ok(out.value)
+        Ok((out.value, out.degraded))
     }
 
+    /// A write through the ledger; the flag is true on a replay.
     async fn write(
         &self,
         journey: &Journey,
         tool: &ToolRef,
-        upstream: &Peer<RoleClient>,
+        send: &Sender,
         params: CallToolRequestParams,
         intended: bool,
-        last: &LastAnswer,
-    ) -> Result<CallToolResult, ClientError> {
+    ) -> Result<(CallToolResult, bool), ClientError> {
         let args = canonical_json(&serde_json::Value::Object(
             params.arguments.clone().unwrap_or_default(),
         ));
@@ -142,13 +312,12 @@ impl Gate {
         let out = self
             .client
             .write(journey, &request, |ctx: CallContext| {
-                let (upstream, params, last) = (upstream.clone(), params.clone(), last.clone());
+                let (send, params) = (send.clone(), params.clone());
                 async move {
-                    let result = classify(upstream.call_tool(params).await, &last)?;
+                    let result = send.call(params).await?;
                     // Kept whole for this caller: the ledger may store it
                     // empty when it is over its size bound.
-                    *last.lock().unwrap_or_else(PoisonError::into_inner) =
-                        Some(Answered::Result(result.clone()));
+                    send.trace.keep(Answered::Result(result.clone()));
                     Ok(WriteSuccess {
                         operation_id: ctx.tool_call_id,
                         result: serde_json::to_vec(&result).unwrap_or_default(),
@@ -157,22 +326,71 @@ impl Gate {
             })
             .await?;
         if !out.replayed {
-            if let Some(Answered::Result(r)) =
-                last.lock().unwrap_or_else(PoisonError::into_inner).take()
-            {
-                return Ok(r);
+            if let Some(Answered::Result(r)) = send.trace.take() {
+                return Ok((r, false));
             }
         }
-        Ok(replayed(&out.result, out.operation_id.as_deref()))
+        Ok((
+            replayed(&out.result, out.operation_id.as_deref()),
+            out.replayed,
+        ))
     }
 }
 
-/// An upstream answer as the gate counts it; the answer is kept in `last`.
+/// What one attempt needs to call the upstream.
+#[derive(Clone)]
+struct Sender {
+    upstream: Arc<Upstream>,
+    meta: RequestMetaObject,
+    progress: Option<ProgressTarget>,
+    trace: Arc<Trace>,
+}
+
+impl Sender {
+    async fn call(&self, params: CallToolRequestParams) -> Result<CallToolResult, ToolFailure> {
+        self.trace.sent.fetch_add(1, Ordering::Relaxed);
+        let timed = Upstreamed {
+            trace: &self.trace,
+            started: Instant::now(),
+        };
+        let answer = self
+            .upstream
+            .call_tool(params, Some(self.meta.clone()), self.progress.clone())
+            .await;
+        drop(timed);
+        classify(answer, &self.trace)
+    }
+}
+
+/// How a refusal or a gate failure ended the call.
+fn ended_by(e: &ClientError) -> Ended {
+    match e {
+        ClientError::CircuitOpen { .. } | ClientError::PartitionFailClosed { .. } => Ended::Refused,
+        ClientError::Timeout { .. } | ClientError::BudgetExhausted { .. } => Ended::TimedOut,
+        ClientError::ToolFailed { .. } => Ended::Failed,
+        e if ledger_answer(e).is_some() => Ended::Ledger,
+        _ => Ended::Other,
+    }
+}
+
+/// What the ledger answered, when it ended a write.
+fn ledger_answer(e: &ClientError) -> Option<LedgerAnswer> {
+    Some(match e {
+        ClientError::WritesBlocked { .. } => "writes_blocked",
+        ClientError::InProgress { .. } => "in_progress",
+        ClientError::AmbiguousOutcome { .. } => "ambiguous",
+        ClientError::Mismatch { .. } => "mismatch",
+        ClientError::WriteNotReplayable { .. } => "not_replayable",
+        _ => return None,
+    })
+}
+
+/// An upstream answer as the gate counts it; the answer is kept in `trace`.
 fn classify(
     answer: Result<CallToolResult, ServiceError>,
-    last: &LastAnswer,
+    trace: &Trace,
 ) -> Result<CallToolResult, ToolFailure> {
-    let keep = |a: Answered| *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(a);
+    let keep = |a: Answered| trace.keep(a);
     match answer {
         Ok(result) if result.is_error == Some(true) => {
             let said = first_text(&result);
@@ -274,22 +492,16 @@ mod tests {
 
     #[test]
     fn an_error_result_counts_and_invalid_arguments_do_not() {
-        let last = LastAnswer::default();
+        let last = Trace::default();
         let error = CallToolResult::error(vec![ContentBlock::text("rate table missing")]);
         let failure = classify(Ok(error), &last).unwrap_err();
         assert_eq!(failure.class, OutcomeClass::ToolError);
-        assert!(matches!(
-            last.lock().unwrap().take(),
-            Some(Answered::Result(_))
-        ));
+        assert!(matches!(last.take(), Some(Answered::Result(_))));
 
         let invalid = ErrorData::invalid_params("amount must be positive", None);
         let failure = classify(Err(ServiceError::McpError(invalid)), &last).unwrap_err();
         assert_eq!(failure.class, OutcomeClass::InvalidArguments);
-        assert!(matches!(
-            last.lock().unwrap().take(),
-            Some(Answered::Error(_))
-        ));
+        assert!(matches!(last.take(), Some(Answered::Error(_))));
 
         let internal = ErrorData::internal_error("boom", None);
         let failure = classify(Err(ServiceError::McpError(internal)), &last).unwrap_err();

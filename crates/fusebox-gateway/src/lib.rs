@@ -15,29 +15,38 @@
 //! guarded by the idempotency ledger, keyed by the agent's intent id in
 //! `_meta` ([`gate::INTENT_META_KEY`]) and the canonical arguments.
 //!
-//! At start the gateway imports each upstream's tool annotations into the
-//! cluster (as `fusebox tools import` does), so a tool's effect class comes
+//! It also serves an aggregated endpoint at `/mcp` that merges every
+//! upstream (see [`proxy`]), the same on stdio for an agent that launches
+//! its MCP servers as commands ([`serve_stdio`]), `/metrics` (the
+//! gateway's counters, [`metrics`]) and `/healthz` (whether calls are
+//! decided with a fresh view of the cluster or degraded to
+//! `on_partition`, and which upstreams are connected).
+//!
+//! At every new upstream session the gateway imports the upstream's tool
+//! annotations (and latency disclosures in a tool's `_meta`) into the
+//! cluster, as `fusebox tools import` does, so a tool's effect class comes
 //! from the namespace's policy, else from its `readOnlyHint`,
 //! `destructiveHint` and `idempotentHint`.
-//!
-//! Not built yet (issue 17): the aggregated endpoint, stdio for agents,
-//! latency disclosures from tool metadata, progress pass-through, upstream
-//! reconnects, the gateway's own metrics.
 
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod config;
 pub mod gate;
 mod import;
+pub mod metrics;
 pub mod proxy;
 pub mod upstream;
 
 use config::GatewayConfig;
 use fusebox_client::{Client, ClientConfig};
 use gate::Gate;
-use proxy::Proxy;
+use import::Importer;
+use proxy::{Naming, Proxy};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::ServiceExt as _;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,6 +75,9 @@ pub enum GatewayError {
         /// What went wrong.
         message: String,
     },
+    /// The stdio session with the agent could not begin.
+    #[error("stdio: {0}")]
+    Stdio(String),
     /// The listener failed.
     #[error("listening on {addr}: {message}")]
     Listen {
@@ -78,25 +90,41 @@ pub enum GatewayError {
 
 /// A started gateway: where it listens, and how to stop it.
 pub struct RunningGateway {
-    /// The address agents connect to.
-    pub addr: SocketAddr,
+    /// The address agents connect to (`None` when serving stdio only).
+    pub addr: Option<SocketAddr>,
     stop: CancellationToken,
-    served: tokio::task::JoinHandle<()>,
+    served: Option<tokio::task::JoinHandle<()>>,
     gate: Arc<Gate>,
-    _upstreams: Vec<Arc<Upstream>>,
+    upstreams: Vec<Arc<Upstream>>,
+    naming: Naming,
 }
 
 impl RunningGateway {
-    /// Stops serving and closes the cluster client.
+    /// Stops serving, closes the upstream sessions and flushes the outcome
+    /// reports.
     pub async fn shutdown(self) {
         self.stop.cancel();
-        let _ = self.served.await;
+        if let Some(served) = self.served {
+            let _ = served.await;
+        }
+        for upstream in &self.upstreams {
+            upstream.close().await;
+        }
         self.gate.client().flush_reports();
+    }
+
+    /// The proxy merging every upstream (the aggregated endpoint's).
+    pub fn aggregated(&self) -> Proxy {
+        Proxy::aggregated(
+            self.upstreams.clone(),
+            self.gate.clone(),
+            self.naming.clone(),
+        )
     }
 }
 
-/// Connects to the cluster and the upstreams, imports the upstreams' tool
-/// annotations, and serves.
+/// Connects to the cluster and the upstreams and serves: HTTP on `listen`
+/// when it is set (always, unless the caller serves stdio).
 pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError> {
     config.validate().map_err(GatewayError::Config)?;
     // HTTPS upstreams use rustls with ring (decision 0007); installing it
@@ -120,14 +148,20 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
     client_config.token = token.clone();
     let client =
         Client::connect(client_config).map_err(|e| GatewayError::Cluster(e.model_message()))?;
+    let importer = Importer::new(
+        config.cluster.clone(),
+        config.namespace.clone(),
+        token.as_deref(),
+    )
+    .map_err(GatewayError::Config)?;
     let mut upstreams = Vec::with_capacity(config.upstreams.len());
     for u in &config.upstreams {
-        let upstream = Arc::new(Upstream::connect(u).await?);
-        let tools = upstream.tools().await?;
-        if let Err(e) = import::hints(&config, token.as_deref(), &upstream.name, &tools).await {
-            tracing::warn!(upstream = %upstream.name, error = %e, "tool annotations not imported; effect classes come from the policy alone");
+        let upstream = Arc::new(Upstream::new(u, Some(importer.clone()))?);
+        // A first session now, so the tools are imported before the first
+        // call; an upstream that is down is connected on demand later.
+        if let Err(e) = upstream.connect_now().await {
+            tracing::warn!(upstream = %upstream.name, error = %e, "upstream not reachable at start; it is tried again on demand");
         }
-        tracing::info!(upstream = %upstream.name, tools = tools.len(), "upstream connected");
         upstreams.push(upstream);
     }
     if !client.wait_fresh(FRESH_VIEW_WAIT).await {
@@ -136,46 +170,148 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
         );
     }
     let gate = Arc::new(Gate::new(client, Duration::from_millis(config.budget_ms)));
+    let naming = Naming {
+        prefix: config.tool_prefix,
+        separator: config.tool_prefix_separator.clone(),
+    };
     let stop = CancellationToken::new();
-    let mut router = axum::Router::new();
-    for upstream in &upstreams {
-        let proxy = Proxy::new(upstream.clone(), gate.clone());
+    let (addr, served) = match config.listen {
+        Some(listen) => {
+            let router = router(&upstreams, &gate, &naming, listen, &stop);
+            let listener =
+                tokio::net::TcpListener::bind(listen)
+                    .await
+                    .map_err(|e| GatewayError::Listen {
+                        addr: listen,
+                        message: e.to_string(),
+                    })?;
+            let addr = listener.local_addr().map_err(|e| GatewayError::Listen {
+                addr: listen,
+                message: e.to_string(),
+            })?;
+            let until = stop.clone();
+            let served = tokio::spawn(async move {
+                let serving =
+                    axum::serve(listener, router).with_graceful_shutdown(until.cancelled_owned());
+                if let Err(e) = serving.await {
+                    tracing::error!(error = %e, "the gateway's listener failed");
+                }
+            });
+            tracing::info!(%addr, upstreams = upstreams.len(), "gateway serving");
+            (Some(addr), Some(served))
+        }
+        None => (None, None),
+    };
+    Ok(RunningGateway {
+        addr,
+        stop,
+        served,
+        gate,
+        upstreams,
+        naming,
+    })
+}
+
+/// The HTTP routes: one endpoint per upstream, the aggregated one,
+/// `/metrics` and `/healthz`.
+fn router(
+    upstreams: &[Arc<Upstream>],
+    gate: &Arc<Gate>,
+    naming: &Naming,
+    listen: SocketAddr,
+    stop: &CancellationToken,
+) -> axum::Router {
+    let mcp = |proxy: Proxy| {
         let mut http =
             StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
-        if !config.listen.ip().is_loopback() {
+        if !listen.ip().is_loopback() {
             // The Host check guards browsers on this machine against DNS
             // rebinding; beyond loopback the agents name the host.
             http = http.disable_allowed_hosts();
         }
         let service: StreamableHttpService<Proxy, LocalSessionManager> =
             StreamableHttpService::new(move || Ok(proxy.clone()), Default::default(), http);
-        router = router.nest_service(&format!("/servers/{}/mcp", upstream.name), service);
+        service
+    };
+    let mut router = axum::Router::new();
+    for upstream in upstreams {
+        let proxy = Proxy::single(upstream.clone(), gate.clone());
+        router = router.nest_service(&format!("/servers/{}/mcp", upstream.name), mcp(proxy));
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| GatewayError::Listen {
-            addr: config.listen,
-            message: e.to_string(),
-        })?;
-    let addr = listener.local_addr().map_err(|e| GatewayError::Listen {
-        addr: config.listen,
-        message: e.to_string(),
-    })?;
-    let until = stop.clone();
-    let served = tokio::spawn(async move {
-        let serving = axum::serve(listener, router).with_graceful_shutdown(until.cancelled_owned());
-        if let Err(e) = serving.await {
-            tracing::error!(error = %e, "the gateway's listener failed");
-        }
+    let all = Proxy::aggregated(upstreams.to_vec(), gate.clone(), naming.clone());
+    router = router.nest_service("/mcp", mcp(all));
+    let (metrics_gate, health_gate) = (gate.clone(), gate.clone());
+    let health_upstreams = upstreams.to_vec();
+    router
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let gate = metrics_gate.clone();
+                async move { metrics_text(&gate) }
+            }),
+        )
+        .route(
+            "/healthz",
+            axum::routing::get(move || {
+                let (gate, upstreams) = (health_gate.clone(), health_upstreams.clone());
+                async move { health_text(&gate, &upstreams) }
+            }),
+        )
+}
+
+/// The gateway's counters and its SDK client's view, as Prometheus text.
+fn metrics_text(gate: &Gate) -> String {
+    let view = gate.client().view_status();
+    let sdk = gate.client().metrics();
+    let mut extra = String::new();
+    let gauges: [(&str, &str, u64); 4] = [
+        ("fusebox_gateway_view_fresh", "1 when calls are decided with a fresh view of the cluster, 0 when on_partition decides", u64::from(view.fresh)),
+        ("fusebox_gateway_view_age_seconds", "time since the view last heard from the cluster (heartbeats count)", view.age_ms.unwrap_or(0) / 1000),
+        ("fusebox_gateway_outcomes_dropped_total", "outcome reports dropped because the report buffer was full", sdk.outcomes_dropped),
+        ("fusebox_gateway_outcomes_lost_total", "outcome reports the cluster never took", sdk.outcomes_lost),
+    ];
+    for (name, help, value) in gauges {
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(
+            extra,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+    gate.metrics().render(&extra)
+}
+
+/// `/healthz`: the gateway serves; whether its decisions are degraded and
+/// which upstreams have a session. Always 200 while serving: a degraded
+/// gateway still answers, by `on_partition`.
+fn health_text(gate: &Gate, upstreams: &[Arc<Upstream>]) -> String {
+    let view = gate.client().view_status();
+    let mut connected = serde_json::Map::new();
+    for upstream in upstreams {
+        let state = match upstream.connected() {
+            Some(true) => "connected",
+            Some(false) => "disconnected",
+            None => "connecting",
+        };
+        connected.insert(upstream.name.clone(), state.into());
+    }
+    let health = serde_json::json!({
+        "status": if view.fresh { "ok" } else { "degraded" },
+        "detail": if view.fresh {
+            "calls are decided with a fresh view of the cluster".to_owned()
+        } else {
+            format!(
+                "no fresh view of the cluster (last heard {} ago): each breaker's on_partition decides",
+                view.age_ms.map_or_else(|| "never".to_owned(), |ms| format!("{} ms", ms))
+            )
+        },
+        "view_age_ms": view.age_ms,
+        "upstreams": connected,
     });
-    tracing::info!(%addr, upstreams = upstreams.len(), "gateway serving");
-    Ok(RunningGateway {
-        addr,
-        stop,
-        served,
-        gate,
-        _upstreams: upstreams,
-    })
+    format!("{health}\n")
 }
 
 /// Runs the gateway until `stop` resolves.
@@ -183,6 +319,11 @@ pub async fn run(
     config: GatewayConfig,
     stop: impl Future<Output = ()>,
 ) -> Result<(), GatewayError> {
+    if config.listen.is_none() {
+        return Err(GatewayError::Config(
+            "listen: give the address agents connect to (or serve one agent with --stdio)".into(),
+        ));
+    }
     let gateway = start(config).await?;
     stop.await;
     tracing::info!("gateway shutting down");
@@ -190,6 +331,31 @@ pub async fn run(
     Ok(())
 }
 
+/// Serves the aggregated proxy to one agent on stdin and stdout (also HTTP
+/// on `listen` when it is set) until the agent closes stdin or `stop`
+/// resolves. Logs must go to stderr.
+pub async fn serve_stdio(
+    config: GatewayConfig,
+    stop: impl Future<Output = ()>,
+) -> Result<(), GatewayError> {
+    let gateway = start(config).await?;
+    let session = gateway
+        .aggregated()
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| GatewayError::Stdio(e.to_string()))?;
+    let cancel = session.cancellation_token();
+    tokio::select! {
+        ended = session.waiting() => {
+            tracing::info!(reason = ?ended, "the agent closed stdio");
+        }
+        () = stop => {
+            cancel.cancel();
+        }
+    }
+    gateway.shutdown().await;
+    Ok(())
+}
 fn hostname() -> String {
     std::env::var("HOSTNAME")
         .ok()

@@ -1,31 +1,59 @@
-//! What an agent talks to: one MCP server per upstream, which passes
-//! everything through to the upstream except `tools/call`, which goes
-//! through the gate.
+//! What an agent talks to: an MCP server that passes everything through to
+//! the upstreams except `tools/call`, which goes through the gate.
+//!
+//! Two shapes:
+//! - **one upstream** (`/servers/NAME/mcp`): every request passes through
+//!   as it is, pages included, so the agent keeps the tool names it knows;
+//! - **aggregated** (`/mcp`, and stdio): the upstreams' tools and prompts
+//!   are merged into one list, each name prefixed with its server's when
+//!   two upstreams share it, or always ([`ToolPrefix`]); resources keep
+//!   their URIs. A call is routed by the name it gives. An upstream that
+//!   cannot be reached is left out of the lists until it answers again.
 
+use crate::config::ToolPrefix;
 use crate::gate::Gate;
 use crate::upstream::Upstream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ServerConfig,
+    ListToolsResult, PaginatedRequestParams, Prompt, PromptsCapability, ReadResourceRequestParams,
+    ReadResourceResponse, ResourcesCapability, ServerCapabilities, ServerConfig, Tool,
+    ToolsCapability,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceError};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// The MCP server an agent sees for one upstream.
+/// The MCP server an agent sees.
 #[derive(Clone)]
 pub struct Proxy {
-    upstream: Arc<Upstream>,
-    gate: Arc<Gate>,
+    inner: Arc<Inner>,
 }
 
-impl Proxy {
-    /// A proxy of `upstream` whose tool calls pass `gate`.
-    pub fn new(upstream: Arc<Upstream>, gate: Arc<Gate>) -> Proxy {
-        Proxy { upstream, gate }
-    }
+struct Inner {
+    upstreams: Vec<Arc<Upstream>>,
+    gate: Arc<Gate>,
+    /// `None` for one upstream passed through as it is.
+    naming: Option<Naming>,
+    routes: Mutex<Routes>,
+}
+
+/// How the aggregated endpoint names what it merges.
+#[derive(Clone, Debug)]
+pub struct Naming {
+    /// When names are prefixed.
+    pub prefix: ToolPrefix,
+    /// What joins a server's name and a tool's.
+    pub separator: String,
+}
+
+/// The aggregated names last listed: name -> (upstream index, its name).
+#[derive(Default)]
+struct Routes {
+    tools: HashMap<String, (usize, String)>,
+    prompts: HashMap<String, (usize, String)>,
+    resources: HashMap<String, usize>,
 }
 
 /// An upstream failure on a passed-through request, as a JSON-RPC error.
@@ -36,22 +64,173 @@ fn passed_on(e: ServiceError) -> ErrorData {
     }
 }
 
+/// The names `items` of each upstream are listed under: prefixed when the
+/// mode says so, else only where two upstreams share a name.
+fn merged_names(naming: &Naming, servers: &[&str], names: &[Vec<String>]) -> Vec<Vec<String>> {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for list in names {
+        for name in list {
+            *seen.entry(name.as_str()).or_default() += 1;
+        }
+    }
+    servers
+        .iter()
+        .zip(names)
+        .map(|(server, list)| {
+            list.iter()
+                .map(|name| {
+                    let shared = seen.get(name.as_str()).copied().unwrap_or(0) > 1;
+                    if naming.prefix == ToolPrefix::Always || shared {
+                        format!("{server}{}{name}", naming.separator)
+                    } else {
+                        name.clone()
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+impl Proxy {
+    /// A proxy of one upstream, passed through as it is.
+    pub fn single(upstream: Arc<Upstream>, gate: Arc<Gate>) -> Proxy {
+        Proxy::build(vec![upstream], gate, None)
+    }
+
+    /// A proxy merging `upstreams` under one endpoint.
+    pub fn aggregated(upstreams: Vec<Arc<Upstream>>, gate: Arc<Gate>, naming: Naming) -> Proxy {
+        Proxy::build(upstreams, gate, Some(naming))
+    }
+
+    fn build(upstreams: Vec<Arc<Upstream>>, gate: Arc<Gate>, naming: Option<Naming>) -> Proxy {
+        Proxy {
+            inner: Arc::new(Inner {
+                upstreams,
+                gate,
+                naming,
+                routes: Mutex::default(),
+            }),
+        }
+    }
+
+    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.inner
+            .routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn servers(&self) -> Vec<&str> {
+        self.inner
+            .upstreams
+            .iter()
+            .map(|u| u.name.as_str())
+            .collect()
+    }
+
+    /// Every upstream's tools, merged and named; the routes are updated.
+    async fn merged_tools(&self, naming: &Naming) -> Vec<Tool> {
+        let mut lists = Vec::with_capacity(self.inner.upstreams.len());
+        for upstream in &self.inner.upstreams {
+            match upstream.tools().await {
+                Ok(tools) => lists.push(tools),
+                Err(e) => {
+                    tracing::warn!(upstream = %upstream.name, error = %e, "left out of the aggregated tools/list");
+                    lists.push(Vec::new());
+                }
+            }
+        }
+        let names: Vec<Vec<String>> = lists
+            .iter()
+            .map(|l| l.iter().map(|t| t.name.to_string()).collect())
+            .collect();
+        let named = merged_names(naming, &self.servers(), &names);
+        let mut routes = HashMap::new();
+        let mut merged = Vec::new();
+        for (i, (tools, names)) in lists.into_iter().zip(named).enumerate() {
+            for (mut tool, name) in tools.into_iter().zip(names) {
+                routes.insert(name.clone(), (i, tool.name.to_string()));
+                tool.name = name.into();
+                merged.push(tool);
+            }
+        }
+        self.routes().tools = routes;
+        merged
+    }
+
+    /// Every upstream's prompts, merged and named; the routes are updated.
+    async fn merged_prompts(&self, naming: &Naming) -> Vec<Prompt> {
+        let mut lists = Vec::with_capacity(self.inner.upstreams.len());
+        for upstream in &self.inner.upstreams {
+            let listed = upstream.pass(|peer| async move { peer.list_all_prompts().await });
+            lists.push(listed.await.unwrap_or_default());
+        }
+        let names: Vec<Vec<String>> = lists
+            .iter()
+            .map(|l| l.iter().map(|p| p.name.clone()).collect())
+            .collect();
+        let named = merged_names(naming, &self.servers(), &names);
+        let mut routes = HashMap::new();
+        let mut merged = Vec::new();
+        for (i, (prompts, names)) in lists.into_iter().zip(named).enumerate() {
+            for (mut prompt, name) in prompts.into_iter().zip(names) {
+                routes.insert(name.clone(), (i, prompt.name.clone()));
+                prompt.name = name;
+                merged.push(prompt);
+            }
+        }
+        self.routes().prompts = routes;
+        merged
+    }
+
+    /// Which upstream serves the aggregated tool `name`, and its own name
+    /// for it; the list is read again once when the name is not known.
+    async fn route_tool(&self, naming: &Naming, name: &str) -> Option<(usize, String)> {
+        if let Some(found) = self.routes().tools.get(name).cloned() {
+            return Some(found);
+        }
+        self.merged_tools(naming).await;
+        self.routes().tools.get(name).cloned()
+    }
+}
+
 impl ServerHandler for Proxy {
     fn get_info(&self) -> ServerConfig {
-        let info = self.upstream.info();
-        let mut capabilities = info.capabilities.clone();
+        let infos: Vec<_> = self.inner.upstreams.iter().map(|u| u.info()).collect();
+        let (mut capabilities, name, instructions) = match (&self.inner.naming, &infos[..]) {
+            (None, [Some(info)]) => {
+                let name = info
+                    .server_info
+                    .as_ref()
+                    .map_or_else(|| self.inner.upstreams[0].name.clone(), |s| s.name.clone());
+                (info.capabilities.clone(), name, info.instructions.clone())
+            }
+            _ => {
+                let mut capabilities = ServerCapabilities::default();
+                capabilities.tools = Some(ToolsCapability::default());
+                for info in infos.iter().flatten() {
+                    if info.capabilities.prompts.is_some() {
+                        capabilities.prompts = Some(PromptsCapability::default());
+                    }
+                    if info.capabilities.resources.is_some() {
+                        capabilities.resources = Some(ResourcesCapability::default());
+                    }
+                }
+                let name = match &self.inner.naming {
+                    None => self.inner.upstreams[0].name.clone(),
+                    Some(_) => "fusebox-gateway".to_owned(),
+                };
+                (capabilities, name, None)
+            }
+        };
         // Long-running tasks and other extensions are not proxied: the
         // upstream must answer each call inline, under the gate's deadline.
         capabilities.extensions = None;
-        let name = info
-            .server_info
-            .as_ref()
-            .map_or_else(|| self.upstream.name.clone(), |s| s.name.clone());
         let mut config = ServerConfig::new(capabilities).with_server_info(Implementation::new(
             format!("{name} (through fusebox)"),
             env!("CARGO_PKG_VERSION"),
         ));
-        config.instructions = info.instructions.clone();
+        config.instructions = instructions;
         config
     }
 
@@ -60,26 +239,47 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.upstream
-            .peer()
-            .list_tools(request)
-            .await
-            .map_err(passed_on)
+        match &self.inner.naming {
+            None => {
+                let upstream = &self.inner.upstreams[0];
+                let page = upstream
+                    .pass(|peer| async move { peer.list_tools(request).await })
+                    .await
+                    .map_err(passed_on)?;
+                upstream.remember(&page.tools);
+                Ok(page)
+            }
+            Some(naming) => Ok(ListToolsResult::with_all_items(
+                self.merged_tools(naming).await,
+            )),
+        }
     }
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let meta = context.meta.0 .0.clone();
-        let called = self
-            .gate
-            .call(self.upstream.peer(), &self.upstream.name, request, &meta);
+        let upstream = match &self.inner.naming {
+            None => self.inner.upstreams[0].clone(),
+            Some(naming) => {
+                let Some((i, name)) = self.route_tool(naming, &request.name).await else {
+                    let message = format!("no upstream lists a tool named {}", request.name);
+                    return Err(ErrorData::invalid_params(message, None));
+                };
+                request.name = name.into();
+                self.inner.upstreams[i].clone()
+            }
+        };
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| (context.peer.clone(), token));
+        let meta = context.meta.clone();
+        let called = self.inner.gate.call(&upstream, request, meta, progress);
         tokio::select! {
             result = called => result.map(CallToolResponse::from),
-            // The agent gave up: dropping the call drops the upstream
-            // request, which rmcp cancels upstream.
+            // The agent gave up: dropping the call cancels it upstream.
             () = context.ct.cancelled() => Err(ErrorData::internal_error("cancelled by the caller", None)),
         }
     }
@@ -89,11 +289,23 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.upstream
-            .peer()
-            .list_resources(request)
-            .await
-            .map_err(passed_on)
+        if self.inner.naming.is_none() {
+            return self.inner.upstreams[0]
+                .pass(|peer| async move { peer.list_resources(request).await })
+                .await
+                .map_err(passed_on);
+        }
+        let mut merged = Vec::new();
+        let mut routes = HashMap::new();
+        for (i, upstream) in self.inner.upstreams.iter().enumerate() {
+            let listed = upstream.pass(|peer| async move { peer.list_all_resources().await });
+            for resource in listed.await.unwrap_or_default() {
+                routes.entry(resource.uri.clone()).or_insert(i);
+                merged.push(resource);
+            }
+        }
+        self.routes().resources = routes;
+        Ok(ListResourcesResult::with_all_items(merged))
     }
 
     async fn list_resource_templates(
@@ -101,11 +313,19 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.upstream
-            .peer()
-            .list_resource_templates(request)
-            .await
-            .map_err(passed_on)
+        if self.inner.naming.is_none() {
+            return self.inner.upstreams[0]
+                .pass(|peer| async move { peer.list_resource_templates(request).await })
+                .await
+                .map_err(passed_on);
+        }
+        let mut merged = Vec::new();
+        for upstream in &self.inner.upstreams {
+            let listed =
+                upstream.pass(|peer| async move { peer.list_all_resource_templates().await });
+            merged.extend(listed.await.unwrap_or_default());
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(merged))
     }
 
     async fn read_resource(
@@ -113,11 +333,26 @@ impl ServerHandler for Proxy {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.upstream
-            .peer()
-            .read_resource_once(request)
-            .await
-            .map_err(passed_on)
+        let known = self.routes().resources.get(&request.uri).copied();
+        // A URI not listed (a template's, say) is asked of each upstream in
+        // turn until one has it.
+        let order: Vec<usize> = match known {
+            Some(i) => vec![i],
+            None => (0..self.inner.upstreams.len()).collect(),
+        };
+        let mut last =
+            ErrorData::resource_not_found(format!("no upstream has {}", request.uri), None);
+        for i in order {
+            let request = request.clone();
+            let read = self.inner.upstreams[i]
+                .pass(|peer| async move { peer.read_resource_once(request).await })
+                .await;
+            match read {
+                Ok(found) => return Ok(found),
+                Err(e) => last = passed_on(e),
+            }
+        }
+        Err(last)
     }
 
     async fn list_prompts(
@@ -125,22 +360,65 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.upstream
-            .peer()
-            .list_prompts(request)
-            .await
-            .map_err(passed_on)
+        match &self.inner.naming {
+            None => self.inner.upstreams[0]
+                .pass(|peer| async move { peer.list_prompts(request).await })
+                .await
+                .map_err(passed_on),
+            Some(naming) => Ok(ListPromptsResult::with_all_items(
+                self.merged_prompts(naming).await,
+            )),
+        }
     }
 
     async fn get_prompt(
         &self,
-        request: GetPromptRequestParams,
+        mut request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.upstream
-            .peer()
-            .get_prompt_once(request)
+        let i = match &self.inner.naming {
+            None => 0,
+            Some(naming) => {
+                let mut found = self.routes().prompts.get(&request.name).cloned();
+                if found.is_none() {
+                    self.merged_prompts(naming).await;
+                    found = self.routes().prompts.get(&request.name).cloned();
+                }
+                let Some((i, name)) = found else {
+                    let message = format!("no upstream lists a prompt named {}", request.name);
+                    return Err(ErrorData::invalid_params(message, None));
+                };
+                request.name = name;
+                i
+            }
+        };
+        self.inner.upstreams[i]
+            .pass(|peer| async move { peer.get_prompt_once(request).await })
             .await
             .map_err(passed_on)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn only_shared_names_are_prefixed_unless_always() {
+        let mut naming = Naming {
+            prefix: ToolPrefix::OnCollision,
+            separator: "__".into(),
+        };
+        let lists = [names(&["lookup", "charge"]), names(&["lookup", "refund"])];
+        let named = merged_names(&naming, &["tax", "pay"], &lists);
+        assert_eq!(named[0], names(&["tax__lookup", "charge"]));
+        assert_eq!(named[1], names(&["pay__lookup", "refund"]));
+        naming.prefix = ToolPrefix::Always;
+        let named = merged_names(&naming, &["tax", "pay"], &lists);
+        assert_eq!(named[1], names(&["pay__lookup", "pay__refund"]));
     }
 }
