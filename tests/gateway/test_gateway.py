@@ -478,8 +478,8 @@ async def reconnect_and_metrics(agents, world):
     metrics = http_get(agents.base[0] + "/metrics")
     checks = {
         'fusebox_gateway_rejects_total{server="vendor",tool="slow_lookup"}': lambda v: v >= 1,
-        'fusebox_gateway_calls_total{server="vendor",tool="strict",ended="invalid_arguments"}': lambda v: v >= 1,
-        'fusebox_gateway_ledger_answers_total{server="vendor",tool="charge",answer="performed"}': lambda v: v >= 1,
+        'fusebox_gateway_calls_total{server="vendor",tool="strict",kind="invalid_arguments"}': lambda v: v >= 1,
+        'fusebox_gateway_ledger_answers_total{server="vendor",tool="charge",kind="performed"}': lambda v: v >= 1,
         'fusebox_gateway_added_latency_seconds_count': lambda v: v >= 10,
         'fusebox_gateway_view_fresh': lambda v: v == 1,
     }

@@ -46,7 +46,6 @@ use proxy::{Naming, Proxy};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::ServiceExt as _;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -259,29 +258,12 @@ fn router(
         )
 }
 
-/// The gateway's counters and its SDK client's view, as Prometheus text.
+/// The gateway's counters, with its view of the cluster as of now.
 fn metrics_text(gate: &Gate) -> String {
     let view = gate.client().view_status();
-    let sdk = gate.client().metrics();
-    let mut extra = String::new();
-    let gauges: [(&str, &str, u64); 4] = [
-        ("fusebox_gateway_view_fresh", "1 when calls are decided with a fresh view of the cluster, 0 when on_partition decides", u64::from(view.fresh)),
-        ("fusebox_gateway_view_age_seconds", "time since the view last heard from the cluster (heartbeats count)", view.age_ms.unwrap_or(0) / 1000),
-        ("fusebox_gateway_outcomes_dropped_total", "outcome reports dropped because the report buffer was full", sdk.outcomes_dropped),
-        ("fusebox_gateway_outcomes_lost_total", "outcome reports the cluster never took", sdk.outcomes_lost),
-    ];
-    for (name, help, value) in gauges {
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let _ = writeln!(
-            extra,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
-    }
-    gate.metrics().render(&extra)
+    let age = view.age_ms.map(Duration::from_millis);
+    gate.metrics().set_view(view.fresh, age);
+    gate.metrics().render()
 }
 
 /// `/healthz`: the gateway serves; whether its decisions are degraded and

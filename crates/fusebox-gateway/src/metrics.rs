@@ -1,27 +1,28 @@
-//! The gateway's own metrics, served as Prometheus text at `/metrics`:
-//! calls, refusals, timeouts, retries and ledger answers per server and
-//! tool, and the latency the gateway adds to a call.
+//! The gateway's own metrics, served in the OpenMetrics text format at
+//! `/metrics` (with `prometheus-client`, as the server's are): calls,
+//! refusals, timeouts, retries and ledger answers per server and tool, the
+//! view of the cluster, and the latency the gateway adds to a call.
 //!
 //! Tool names come from agents, so the series are bounded: past
 //! [`TOOLS_TRACKED_MAX`] server and tool pairs, further tools are counted
 //! under `tool="_other"`.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// Most server and tool pairs with series of their own.
 pub const TOOLS_TRACKED_MAX: usize = 4096;
 
-/// Upper bounds of the added-latency histogram, in seconds.
-const ADDED_BUCKETS: [f64; 12] = [
-    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
-];
-
 /// How one `tools/call` through the gateway ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ended {
     /// The upstream answered and the gate passed the answer on.
     Answered,
@@ -58,21 +59,19 @@ impl Ended {
 /// What the ledger answered a write.
 pub type LedgerAnswer = &'static str;
 
-#[derive(Default)]
-struct ToolSeries {
-    ended: BTreeMap<Ended, u64>,
-    retries: u64,
-    ledger: BTreeMap<LedgerAnswer, u64>,
-    degraded: u64,
+/// A server and tool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    server: String,
+    tool: String,
 }
 
-/// The gateway's counters.
-#[derive(Default)]
-pub struct GatewayMetrics {
-    tools: Mutex<BTreeMap<(String, String), ToolSeries>>,
-    added_buckets: [AtomicU64; ADDED_BUCKETS.len()],
-    added_count: AtomicU64,
-    added_sum_ns: AtomicU64,
+/// A server and tool, and a word (how a call ended, a ledger answer).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolKindLabels {
+    server: String,
+    tool: String,
+    kind: String,
 }
 
 /// One finished call, as counted.
@@ -93,136 +92,130 @@ pub struct CallRecord<'a> {
     pub added: Duration,
 }
 
-impl GatewayMetrics {
-    /// Counts a finished call.
-    pub fn record(&self, call: &CallRecord<'_>) {
-        {
-            let mut tools = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
-            let mut key = (call.server.to_owned(), call.tool.to_owned());
-            if !tools.contains_key(&key) && tools.len() >= TOOLS_TRACKED_MAX {
-                key.1 = "_other".to_owned();
-            }
-            let series = tools.entry(key).or_default();
-            *series.ended.entry(call.ended).or_default() += 1;
-            series.retries += u64::from(call.retries);
-            if let Some(answer) = call.ledger {
-                *series.ledger.entry(answer).or_default() += 1;
-            }
-            series.degraded += u64::from(call.degraded);
-        }
-        let seconds = call.added.as_secs_f64();
-        for (bucket, bound) in self.added_buckets.iter().zip(ADDED_BUCKETS) {
-            if seconds <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.added_count.fetch_add(1, Ordering::Relaxed);
-        let ns = u64::try_from(call.added.as_nanos()).unwrap_or(u64::MAX);
-        self.added_sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
+/// The gateway's counters.
+pub struct GatewayMetrics {
+    registry: Registry,
+    calls: Family<ToolKindLabels, Counter>,
+    rejects: Family<ToolLabels, Counter>,
+    timeouts: Family<ToolLabels, Counter>,
+    retries: Family<ToolLabels, Counter>,
+    ledger_answers: Family<ToolKindLabels, Counter>,
+    degraded_calls: Counter,
+    added_latency_seconds: Histogram,
+    view_fresh: Gauge,
+    view_age_seconds: Gauge,
+    /// The server and tool pairs with series of their own.
+    tracked: Mutex<HashSet<(String, String)>>,
+}
 
-    /// The Prometheus text exposition, with `extra` lines appended.
-    pub fn render(&self, extra: &str) -> String {
-        let mut out = String::new();
-        let tools = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
-        let families: [(&str, &str, &str); 5] = [
-            (
-                "fusebox_gateway_calls_total",
-                "counter",
-                "tools/call requests by how they ended",
-            ),
-            (
-                "fusebox_gateway_rejects_total",
-                "counter",
-                "calls refused before the upstream (open breaker or on_partition)",
-            ),
-            (
-                "fusebox_gateway_timeouts_total",
-                "counter",
-                "calls ended by their deadline or budget",
-            ),
-            (
-                "fusebox_gateway_retries_total",
-                "counter",
-                "attempts sent upstream beyond a call's first",
-            ),
-            (
-                "fusebox_gateway_ledger_answers_total",
-                "counter",
-                "what the ledger answered writes",
-            ),
-        ];
-        for (name, kind, help) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((server, tool), series) in tools.iter() {
-                let labels = format!("server=\"{}\",tool=\"{}\"", escape(server), escape(tool));
-                match name {
-                    "fusebox_gateway_calls_total" => {
-                        for (ended, n) in &series.ended {
-                            let _ = writeln!(
-                                out,
-                                "{name}{{{labels},ended=\"{}\"}} {n}",
-                                ended.as_str()
-                            );
-                        }
-                    }
-                    "fusebox_gateway_rejects_total" => {
-                        let n = series.ended.get(&Ended::Refused).copied().unwrap_or(0);
-                        let _ = writeln!(out, "{name}{{{labels}}} {n}");
-                    }
-                    "fusebox_gateway_timeouts_total" => {
-                        let n = series.ended.get(&Ended::TimedOut).copied().unwrap_or(0);
-                        let _ = writeln!(out, "{name}{{{labels}}} {n}");
-                    }
-                    "fusebox_gateway_retries_total" => {
-                        let _ = writeln!(out, "{name}{{{labels}}} {}", series.retries);
-                    }
-                    _ => {
-                        for (answer, n) in &series.ledger {
-                            let _ = writeln!(out, "{name}{{{labels},answer=\"{answer}\"}} {n}");
-                        }
-                    }
-                }
-            }
-        }
-        let name = "fusebox_gateway_degraded_calls_total";
-        let _ = writeln!(out, "# HELP {name} calls decided without a fresh view of the cluster (on_partition)\n# TYPE {name} counter");
-        let degraded: u64 = tools.values().map(|s| s.degraded).sum();
-        let _ = writeln!(out, "{name} {degraded}");
-        drop(tools);
-        let name = "fusebox_gateway_added_latency_seconds";
-        let _ = writeln!(out, "# HELP {name} time a call spent in the gateway, not waiting on the upstream\n# TYPE {name} histogram");
-        for (bucket, bound) in self.added_buckets.iter().zip(ADDED_BUCKETS) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.added_count.load(Ordering::Relaxed);
-        let sum = self.added_sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {sum}\n{name}_count {count}"
-        );
-        out.push_str(extra);
-        out
+impl Default for GatewayMetrics {
+    fn default() -> Self {
+        let metrics = GatewayMetrics {
+            registry: Registry::with_prefix("fusebox_gateway"),
+            calls: Family::default(),
+            rejects: Family::default(),
+            timeouts: Family::default(),
+            retries: Family::default(),
+            ledger_answers: Family::default(),
+            degraded_calls: Counter::default(),
+            added_latency_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            view_fresh: Gauge::default(),
+            view_age_seconds: Gauge::default(),
+            tracked: Mutex::default(),
+        };
+        metrics.registered()
     }
 }
 
-/// A label value with `\`, `"` and newlines escaped.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+impl GatewayMetrics {
+    fn registered(mut self) -> GatewayMetrics {
+        let r = &mut self.registry;
+        r.register("calls", "tools/call requests by how they ended (kind)", self.calls.clone());
+        r.register("rejects", "calls refused before the upstream (open breaker or on_partition)", self.rejects.clone());
+        r.register("timeouts", "calls ended by their deadline or budget", self.timeouts.clone());
+        r.register("retries", "attempts sent upstream beyond a call's first", self.retries.clone());
+        r.register("ledger_answers", "what the ledger answered writes (kind)", self.ledger_answers.clone());
+        r.register("degraded_calls", "calls decided without a fresh view of the cluster (on_partition)", self.degraded_calls.clone());
+        r.register("added_latency_seconds", "time a call spent in the gateway, not waiting on the upstream", self.added_latency_seconds.clone());
+        r.register("view_fresh", "1 when calls are decided with a fresh view of the cluster, 0 when on_partition decides", self.view_fresh.clone());
+        r.register("view_age_seconds", "time since the view last heard from the cluster (heartbeats count)", self.view_age_seconds.clone());
+        self
+    }
+
+    /// The labels a call is counted under: its own, or `_other` once the
+    /// bound is reached.
+    fn labels(&self, server: &str, tool: &str) -> ToolLabels {
+        let mut tracked = self.tracked.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (server.to_owned(), tool.to_owned());
+        let tool = if tracked.contains(&key) {
+            key.1
+        } else if tracked.len() < TOOLS_TRACKED_MAX {
+            tracked.insert(key.clone());
+            key.1
+        } else {
+            "_other".to_owned()
+        };
+        ToolLabels {
+            server: server.to_owned(),
+            tool,
+        }
+    }
+
+    /// Counts a finished call.
+    pub fn record(&self, call: &CallRecord<'_>) {
+        let labels = self.labels(call.server, call.tool);
+        let kind = |kind: &str| ToolKindLabels {
+            server: labels.server.clone(),
+            tool: labels.tool.clone(),
+            kind: kind.to_owned(),
+        };
+        self.calls.get_or_create(&kind(call.ended.as_str())).inc();
+        match call.ended {
+            Ended::Refused => {
+                self.rejects.get_or_create(&labels).inc();
+            }
+            Ended::TimedOut => {
+                self.timeouts.get_or_create(&labels).inc();
+            }
+            _ => {}
+        }
+        if call.retries > 0 {
+            self.retries
+                .get_or_create(&labels)
+                .inc_by(u64::from(call.retries));
+        }
+        if let Some(answer) = call.ledger {
+            self.ledger_answers.get_or_create(&kind(answer)).inc();
+        }
+        if call.degraded {
+            self.degraded_calls.inc();
+        }
+        self.added_latency_seconds
+            .observe(call.added.as_secs_f64());
+    }
+
+    /// Sets the view gauges: fresh or not, and the age of its last event.
+    pub fn set_view(&self, fresh: bool, age: Option<Duration>) {
+        self.view_fresh.set(i64::from(fresh));
+        let age = age.map_or(0, |a| i64::try_from(a.as_secs()).unwrap_or(i64::MAX));
+        self.view_age_seconds.set(age);
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn call<'a>(tool: &'a str, ended: Ended, added_us: u64) -> CallRecord<'a> {
+    fn call(tool: &str, ended: Ended, added_us: u64) -> CallRecord<'_> {
         CallRecord {
             server: "vendor",
             tool,
@@ -235,21 +228,22 @@ mod tests {
     }
 
     #[test]
-    fn calls_are_counted_per_tool_and_added_latency_is_bucketed() {
+    fn calls_are_counted_per_tool_and_added_latency_is_observed() {
         let metrics = GatewayMetrics::default();
         metrics.record(&call("lookup", Ended::Answered, 300));
-        metrics.record(&call("lookup", Ended::Refused, 50));
+        metrics.record(&call("lookup", Ended::Refused, 40));
         metrics.record(&call("charge", Ended::Ledger, 2_000));
-        let text = metrics.render("");
+        metrics.set_view(true, Some(Duration::from_secs(3)));
+        let text = metrics.render();
         for line in [
-            r#"fusebox_gateway_calls_total{server="vendor",tool="lookup",ended="answered"} 1"#,
+            r#"fusebox_gateway_calls_total{server="vendor",tool="lookup",kind="answered"} 1"#,
             r#"fusebox_gateway_rejects_total{server="vendor",tool="lookup"} 1"#,
             r#"fusebox_gateway_retries_total{server="vendor",tool="lookup"} 2"#,
-            r#"fusebox_gateway_ledger_answers_total{server="vendor",tool="charge",answer="replayed"} 1"#,
-            r#"fusebox_gateway_added_latency_seconds_bucket{le="0.0001"} 1"#,
-            r#"fusebox_gateway_added_latency_seconds_bucket{le="0.0005"} 2"#,
-            r#"fusebox_gateway_added_latency_seconds_bucket{le="0.0025"} 3"#,
+            r#"fusebox_gateway_ledger_answers_total{server="vendor",tool="charge",kind="replayed"} 1"#,
+            r#"fusebox_gateway_added_latency_seconds_bucket{le="0.00005"} 1"#,
             "fusebox_gateway_added_latency_seconds_count 3",
+            "fusebox_gateway_view_fresh 1",
+            "fusebox_gateway_view_age_seconds 3",
         ] {
             assert!(text.contains(line), "missing {line}\n{text}");
         }
@@ -261,8 +255,8 @@ mod tests {
         for i in 0..TOOLS_TRACKED_MAX + 10 {
             metrics.record(&call(&format!("t{i}"), Ended::Answered, 1));
         }
-        let text = metrics.render("");
-        assert!(text.contains(r#"tool="_other",ended="answered"} 10"#));
+        let text = metrics.render();
+        assert!(text.contains(r#"tool="_other",kind="answered"} 10"#), "{text}");
         assert!(!text.contains(&format!("tool=\"t{}\"", TOOLS_TRACKED_MAX + 1)));
     }
 }
