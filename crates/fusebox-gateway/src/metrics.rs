@@ -130,15 +130,47 @@ impl Default for GatewayMetrics {
 impl GatewayMetrics {
     fn registered(mut self) -> GatewayMetrics {
         let r = &mut self.registry;
-        r.register("calls", "tools/call requests by how they ended (kind)", self.calls.clone());
-        r.register("rejects", "calls refused before the upstream (open breaker or on_partition)", self.rejects.clone());
-        r.register("timeouts", "calls ended by their deadline or budget", self.timeouts.clone());
-        r.register("retries", "attempts sent upstream beyond a call's first", self.retries.clone());
-        r.register("ledger_answers", "what the ledger answered writes (kind)", self.ledger_answers.clone());
-        r.register("degraded_calls", "calls decided without a fresh view of the cluster (on_partition)", self.degraded_calls.clone());
-        r.register("added_latency_seconds", "time a call spent in the gateway, not waiting on the upstream", self.added_latency_seconds.clone());
+        r.register(
+            "calls",
+            "tools/call requests by how they ended (kind)",
+            self.calls.clone(),
+        );
+        r.register(
+            "rejects",
+            "calls refused before the upstream (open breaker or on_partition)",
+            self.rejects.clone(),
+        );
+        r.register(
+            "timeouts",
+            "calls ended by their deadline or budget",
+            self.timeouts.clone(),
+        );
+        r.register(
+            "retries",
+            "attempts sent upstream beyond a call's first",
+            self.retries.clone(),
+        );
+        r.register(
+            "ledger_answers",
+            "what the ledger answered writes (kind)",
+            self.ledger_answers.clone(),
+        );
+        r.register(
+            "degraded_calls",
+            "calls decided without a fresh view of the cluster (on_partition)",
+            self.degraded_calls.clone(),
+        );
+        r.register(
+            "added_latency_seconds",
+            "time a call spent in the gateway, not waiting on the upstream",
+            self.added_latency_seconds.clone(),
+        );
         r.register("view_fresh", "1 when calls are decided with a fresh view of the cluster, 0 when on_partition decides", self.view_fresh.clone());
-        r.register("view_age_seconds", "time since the view last heard from the cluster (heartbeats count)", self.view_age_seconds.clone());
+        r.register(
+            "view_age_seconds",
+            "time since the view last heard from the cluster (heartbeats count)",
+            self.view_age_seconds.clone(),
+        );
         self
     }
 
@@ -190,8 +222,7 @@ impl GatewayMetrics {
         if call.degraded {
             self.degraded_calls.inc();
         }
-        self.added_latency_seconds
-            .observe(call.added.as_secs_f64());
+        self.added_latency_seconds.observe(call.added.as_secs_f64());
     }
 
     /// Sets the view gauges: fresh or not, and the age of its last event.
@@ -256,7 +287,10 @@ mod tests {
             metrics.record(&call(&format!("t{i}"), Ended::Answered, 1));
         }
         let text = metrics.render();
-        assert!(text.contains(r#"tool="_other",kind="answered"} 10"#), "{text}");
+        assert!(
+            text.contains(r#"tool="_other",kind="answered"} 10"#),
+            "{text}"
+        );
         assert!(!text.contains(&format!("tool=\"t{}\"", TOOLS_TRACKED_MAX + 1)));
     }
 }

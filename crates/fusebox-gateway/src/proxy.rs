@@ -91,6 +91,33 @@ fn merged_names(naming: &Naming, servers: &[&str], names: &[Vec<String>]) -> Vec
         .collect()
 }
 
+/// Merges each upstream's items (tools or prompts) into one list under
+/// their merged names (`name_of` reads an item's name, `set_name` sets
+/// it). The routes map each merged name to (upstream, its own name).
+fn merge<T>(
+    naming: &Naming,
+    servers: &[&str],
+    lists: Vec<Vec<T>>,
+    name_of: impl Fn(&T) -> String,
+    set_name: impl Fn(&mut T, String),
+) -> (Vec<T>, HashMap<String, (usize, String)>) {
+    let names: Vec<Vec<String>> = lists
+        .iter()
+        .map(|l| l.iter().map(&name_of).collect())
+        .collect();
+    let named = merged_names(naming, servers, &names);
+    let mut routes = HashMap::new();
+    let mut merged = Vec::new();
+    for (i, ((items, own), named)) in lists.into_iter().zip(names).zip(named).enumerate() {
+        for ((mut item, own), name) in items.into_iter().zip(own).zip(named) {
+            set_name(&mut item, name.clone());
+            routes.insert(name, (i, own));
+            merged.push(item);
+        }
+    }
+    (merged, routes)
+}
+
 impl Proxy {
     /// A proxy of one upstream, passed through as it is.
     pub fn single(upstream: Arc<Upstream>, gate: Arc<Gate>) -> Proxy {
@@ -140,20 +167,13 @@ impl Proxy {
                 }
             }
         }
-        let names: Vec<Vec<String>> = lists
-            .iter()
-            .map(|l| l.iter().map(|t| t.name.to_string()).collect())
-            .collect();
-        let named = merged_names(naming, &self.servers(), &names);
-        let mut routes = HashMap::new();
-        let mut merged = Vec::new();
-        for (i, (tools, names)) in lists.into_iter().zip(named).enumerate() {
-            for (mut tool, name) in tools.into_iter().zip(names) {
-                routes.insert(name.clone(), (i, tool.name.to_string()));
-                tool.name = name.into();
-                merged.push(tool);
-            }
-        }
+        let (merged, routes) = merge(
+            naming,
+            &self.servers(),
+            lists,
+            |tool: &Tool| tool.name.to_string(),
+            |tool, name| tool.name = name.into(),
+        );
         self.routes().tools = routes;
         merged
     }
@@ -165,20 +185,13 @@ impl Proxy {
             let listed = upstream.pass(|peer| async move { peer.list_all_prompts().await });
             lists.push(listed.await.unwrap_or_default());
         }
-        let names: Vec<Vec<String>> = lists
-            .iter()
-            .map(|l| l.iter().map(|p| p.name.clone()).collect())
-            .collect();
-        let named = merged_names(naming, &self.servers(), &names);
-        let mut routes = HashMap::new();
-        let mut merged = Vec::new();
-        for (i, (prompts, names)) in lists.into_iter().zip(named).enumerate() {
-            for (mut prompt, name) in prompts.into_iter().zip(names) {
-                routes.insert(name.clone(), (i, prompt.name.clone()));
-                prompt.name = name;
-                merged.push(prompt);
-            }
-        }
+        let (merged, routes) = merge(
+            naming,
+            &self.servers(),
+            lists,
+            |prompt: &Prompt| prompt.name.clone(),
+            |prompt, name| prompt.name = name,
+        );
         self.routes().prompts = routes;
         merged
     }
@@ -420,5 +433,24 @@ mod tests {
         naming.prefix = ToolPrefix::Always;
         let named = merged_names(&naming, &["tax", "pay"], &lists);
         assert_eq!(named[1], names(&["pay__lookup", "pay__refund"]));
+    }
+
+    #[test]
+    fn merged_names_route_to_the_upstream_and_its_own_name() {
+        let naming = Naming {
+            prefix: ToolPrefix::OnCollision,
+            separator: "__".into(),
+        };
+        let lists = vec![names(&["lookup", "charge"]), names(&["lookup"])];
+        let (merged, routes) = merge(
+            &naming,
+            &["tax", "pay"],
+            lists,
+            String::clone,
+            |item, name| *item = name,
+        );
+        assert_eq!(merged, names(&["tax__lookup", "charge", "pay__lookup"]));
+        assert_eq!(routes["pay__lookup"], (1, "lookup".to_owned()));
+        assert_eq!(routes["charge"], (0, "charge".to_owned()));
     }
 }
