@@ -35,6 +35,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 /// How long listing an upstream's tools may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long an idle connection to an upstream is kept for the next call.
+const IDLE_CONNECTION_KEPT: Duration = Duration::from_secs(30);
+/// Most idle connections kept per upstream host.
+const IDLE_CONNECTIONS_MAX: usize = 64;
+/// How long opening a TCP connection to an upstream may take.
+const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most tools read from one upstream (the cluster imports at most 512).
 pub const TOOLS_MAX: usize = 512;
 /// Most calls at once whose progress is passed on, per upstream; past it a
@@ -245,7 +251,8 @@ impl Upstream {
         let started = async {
             match &self.at {
                 UpstreamAt::Url(url) => {
-                    let transport = StreamableHttpClientTransport::from_config(
+                    let transport = StreamableHttpClientTransport::with_client(
+                        http_client()?,
                         StreamableHttpClientTransportConfig::with_uri(url.clone()),
                     );
                     handler.serve(transport).await.map_err(|e| e.to_string())
@@ -466,6 +473,26 @@ impl Upstream {
             let _ = session.cancel().await;
         }
     }
+}
+
+/// The HTTP client of an upstream session. rmcp's default opens a TCP
+/// connection per request (it turns pooling off against delayed-ACK stalls
+/// it saw when a connection was reused); this one keeps idle connections,
+/// with Nagle off, so an answer read to its end saves the next call a
+/// connect and a close. An SSE answer that rmcp stops reading after its
+/// message is not reused (hyper discards such a connection). Measured with
+/// `fusebox bench gateway`: p50 added 1.15 ms against 1.36 ms with rmcp's
+/// client, and no stalls (p99 added 2.3 ms). Redirects are not followed:
+/// an upstream is named by its endpoint.
+fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(TCP_CONNECT_TIMEOUT)
+        .pool_idle_timeout(IDLE_CONNECTION_KEPT)
+        .pool_max_idle_per_host(IDLE_CONNECTIONS_MAX)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("the HTTP client: {e}"))
 }
 
 async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<Tool>, ServiceError> {
