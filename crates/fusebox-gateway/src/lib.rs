@@ -285,10 +285,11 @@ fn health_text(gate: &Gate, upstreams: &[Arc<Upstream>]) -> String {
         "detail": if view.fresh {
             "calls are decided with a fresh view of the cluster".to_owned()
         } else {
-            format!(
-                "no fresh view of the cluster (last heard {} ago): each breaker's on_partition decides",
-                view.age_ms.map_or_else(|| "never".to_owned(), |ms| format!("{} ms", ms))
-            )
+            let heard = view.age_ms.map_or_else(
+                || "never heard from".to_owned(),
+                |ms| format!("last heard {ms} ms ago"),
+            );
+            format!("no fresh view of the cluster ({heard}): each breaker's on_partition decides")
         },
         "view_age_ms": view.age_ms,
         "upstreams": connected,
