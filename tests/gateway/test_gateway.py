@@ -30,7 +30,8 @@ What it shows:
 7. the aggregated endpoint (/mcp) merges both upstreams, prefixing only
    the names they share, and routes calls by name; an agent that launches
    `fusebox gateway --stdio` as a command gets the same;
-8. an upstream that restarts is reconnected; /metrics counts what happened;
+8. an upstream that restarts is reconnected, and a stdio upstream whose
+   process dies is started again; /metrics counts what happened;
 9. with the cluster stopped the gateways say degraded and follow
    on_partition: fail_open_local tools answer (marked degraded in _meta),
    fail_closed tools are refused.
@@ -475,6 +476,19 @@ async def reconnect_and_metrics(agents, world):
     back = await agents.call(0, "lookup", {"city": "Reno"})
     if failed(back):
         raise Failed(f"the gateway did not reconnect to the restarted upstream: {text(back)}")
+    before = text(await session_call(agents.aggregated[0], "whoami", {}))
+    # Every gateway's stdio child of this run (the state directory is ours).
+    subprocess.run(["pkill", "-9", "-f", f"upstream.py stdio {world.state2}"], check=False)
+    deadline = time.monotonic() + 10
+    while True:
+        after = await session_call(agents.aggregated[0], "whoami", {})
+        if not failed(after):
+            break
+        if time.monotonic() > deadline:
+            raise Failed(f"the gateway did not restart its stdio upstream: {text(after)}")
+        await asyncio.sleep(0.5)
+    if text(after) == before:
+        raise Failed(f"whoami answered from the killed process: {text(after)}")
     metrics = http_get(agents.base[0] + "/metrics")
     checks = {
         'fusebox_gateway_rejects_total{server="vendor",tool="slow_lookup"}': lambda v: v >= 1,
@@ -489,7 +503,8 @@ async def reconnect_and_metrics(agents, world):
     counted = metric(metrics, "fusebox_gateway_added_latency_seconds_count ")
     refusals = metric(metrics, 'fusebox_gateway_rejects_total{server="vendor",tool="slow_lookup"} ')
     log(f"8. the upstream was killed ('{text(down)[:80]}') and restarted: the gateway reconnected and "
-        f"'{text(back)}'. /metrics counts {counted:.0f} calls, {refusals:.0f} refusals of slow_lookup")
+        f"'{text(back)}'. The stdio upstream was killed ('{before}') and started again ('{text(after)}'). "
+        f"/metrics counts {counted:.0f} calls, {refusals:.0f} refusals of slow_lookup")
 
 
 async def partition(agents, world):
