@@ -4,8 +4,9 @@
 //! upstream's Streamable HTTP endpoint, and through the gateway's endpoint
 //! for that upstream. For each number of concurrent agents, the two paths
 //! take turns (`rounds` times each, so drift on a shared machine falls on
-//! both), every agent with its own MCP session calling back to back. The
-//! added latency is the gateway path's percentile minus the direct path's.
+//! both), every agent with its own MCP session calling back to back (with
+//! the gateway's own HTTP client, which keeps connections). The added
+//! latency is the gateway path's percentile minus the direct path's.
 
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::service::RunningService;
@@ -108,8 +109,11 @@ impl Gathered {
     }
 }
 
+/// One agent's session. Its HTTP client keeps connections, as agents' MCP
+/// clients do (the MCP Python SDK's httpx, for one), on both paths.
 async fn session(url: &str) -> Result<RunningService<RoleClient, ()>, String> {
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        crate::upstream::http_client()?,
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
     );
     tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport))

@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod upstream;
 
+use axum::serve::ListenerExt as _;
 use config::GatewayConfig;
 use fusebox_client::{Client, ClientConfig};
 use gate::Gate;
@@ -188,6 +189,14 @@ pub async fn start(config: GatewayConfig) -> Result<RunningGateway, GatewayError
                 addr: listen,
                 message: e.to_string(),
             })?;
+            // Nagle off: an SSE answer is written in small pieces, and on a
+            // connection the agent keeps, the last one would wait for a
+            // delayed ACK (40 ms a call, measured with a pooled client).
+            let listener = listener.tap_io(|stream| {
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY not set");
+                }
+            });
             let until = stop.clone();
             let served = tokio::spawn(async move {
                 let serving =
