@@ -24,6 +24,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// The MCP server an agent sees.
 #[derive(Clone)]
@@ -52,9 +53,15 @@ pub struct Naming {
 #[derive(Default)]
 struct Routes {
     tools: HashMap<String, (usize, String)>,
+    /// When the tools were last listed, so a name no upstream has does not
+    /// send every call to list them all again.
+    tools_listed: Option<Instant>,
     prompts: HashMap<String, (usize, String)>,
     resources: HashMap<String, usize>,
 }
+
+/// The least time between two listings made to find an unknown tool name.
+const RELIST_PAUSE: Duration = Duration::from_secs(1);
 
 /// An upstream failure on a passed-through request, as a JSON-RPC error.
 fn passed_on(e: ServiceError) -> ErrorData {
@@ -174,7 +181,10 @@ impl Proxy {
             |tool: &Tool| tool.name.to_string(),
             |tool, name| tool.name = name.into(),
         );
-        self.routes().tools = routes;
+        let mut known = self.routes();
+        known.tools = routes;
+        known.tools_listed = Some(Instant::now());
+        drop(known);
         merged
     }
 
@@ -197,10 +207,20 @@ impl Proxy {
     }
 
     /// Which upstream serves the aggregated tool `name`, and its own name
-    /// for it; the list is read again once when the name is not known.
+    /// for it; the list is read again once when the name is not known (at
+    /// most once per [`RELIST_PAUSE`]).
     async fn route_tool(&self, naming: &Naming, name: &str) -> Option<(usize, String)> {
-        if let Some(found) = self.routes().tools.get(name).cloned() {
-            return Some(found);
+        {
+            let known = self.routes();
+            if let Some(found) = known.tools.get(name).cloned() {
+                return Some(found);
+            }
+            if known
+                .tools_listed
+                .is_some_and(|t| t.elapsed() < RELIST_PAUSE)
+            {
+                return None;
+            }
         }
         self.merged_tools(naming).await;
         self.routes().tools.get(name).cloned()
