@@ -203,17 +203,7 @@ impl Gate {
                 }
             }
         };
-        let given = meta
-            .0
-             .0
-            .get(INTENT_META_KEY)
-            .and_then(|v| v.as_str())
-            .filter(|id| !id.is_empty() && id.len() <= INTENT_BYTES_MAX)
-            .map(str::to_owned);
-        let intent = match &given {
-            Some(id) => id.clone(),
-            None => format!("gw-{:016x}", fastrand::u64(..)),
-        };
+        let (given, intent) = intent_of(&meta);
         tracing::Span::current().record("intent_id", intent.as_str());
         let journey = Journey::new(intent, self.budget, Duration::ZERO);
         let mut forwarded = meta;
@@ -241,36 +231,7 @@ impl Gate {
                 Err(e) => (Err(e), false, None),
             }
         };
-        let kept = trace.take();
-        let (result, how) = match (ended, kept) {
-            (Ok(mut result), _) => {
-                if degraded {
-                    let meta = result.meta.get_or_insert_with(MetaObject::new);
-                    meta.0
-                        .insert(DEGRADED_META_KEY.into(), serde_json::Value::Bool(true));
-                }
-                let how = if ledger == Some("replayed") {
-                    Ended::Ledger
-                } else {
-                    Ended::Answered
-                };
-                (Ok(result), how)
-            }
-            // The upstream answered and the gate stopped there: its words.
-            (Err(ClientError::ToolFailed { .. }), Some(Answered::Result(r))) => {
-                (Ok(r), Ended::Failed)
-            }
-            (Err(ClientError::ToolFailed { .. }), Some(Answered::Error(e))) => {
-                (Err(e), Ended::Failed)
-            }
-            (Err(refused), _) => (Ok(refusal(&refused)), ended_by(&refused)),
-        };
-        Finished {
-            result,
-            ended: how,
-            ledger,
-            degraded,
-        }
+        finish(ended, trace.take(), degraded, ledger)
     }
 
     async fn read(
@@ -334,6 +295,58 @@ impl Gate {
             replayed(&out.result, out.operation_id.as_deref()),
             out.replayed,
         ))
+    }
+}
+
+/// The intent id the agent gave in `_meta`, if any, and the one the call
+/// runs under (the given one, else a fresh one for this call alone).
+fn intent_of(meta: &RequestMetaObject) -> (Option<String>, String) {
+    let given = meta
+        .0
+         .0
+        .get(INTENT_META_KEY)
+        .and_then(|v| v.as_str())
+        .filter(|id| !id.is_empty() && id.len() <= INTENT_BYTES_MAX)
+        .map(str::to_owned);
+    let intent = given
+        .clone()
+        .unwrap_or_else(|| format!("gw-{:016x}", fastrand::u64(..)));
+    (given, intent)
+}
+
+/// What the agent gets back, and how the call ended: the gate's result
+/// (marked degraded when `on_partition` admitted it), else the upstream's
+/// own answer when the gate stopped on it (`kept`), else the gate's
+/// refusal as the model reads it.
+fn finish(
+    ended: Result<CallToolResult, ClientError>,
+    kept: Option<Answered>,
+    degraded: bool,
+    ledger: Option<LedgerAnswer>,
+) -> Finished {
+    let (result, how) = match (ended, kept) {
+        (Ok(mut result), _) => {
+            if degraded {
+                let meta = result.meta.get_or_insert_with(MetaObject::new);
+                meta.0
+                    .insert(DEGRADED_META_KEY.into(), serde_json::Value::Bool(true));
+            }
+            let how = if ledger == Some("replayed") {
+                Ended::Ledger
+            } else {
+                Ended::Answered
+            };
+            (Ok(result), how)
+        }
+        (Err(ClientError::ToolFailed { .. }), Some(Answered::Result(r))) => (Ok(r), Ended::Failed),
+        (Err(ClientError::ToolFailed { .. }), Some(Answered::Error(e))) => (Err(e), Ended::Failed),
+        (Err(refused), _) => (Ok(refusal(&refused)), ended_by(&refused)),
+    };
+    Finished {
+        result,
+        ended: how,
+        ledger,
+        degraded,
     }
 }
 
