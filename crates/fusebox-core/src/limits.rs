@@ -46,6 +46,14 @@ pub const POLICY_NESTING_DEPTH_MAX: usize = 32;
 pub const POLICY_INDENT_COLUMNS_MAX: usize = 128;
 /// Most per-server or per-tool overrides one policy may hold.
 pub const POLICY_OVERRIDES_MAX: usize = 4_096;
+/// Most answer patterns one `classify` list of a policy layer may hold.
+pub const CLASSIFY_PATTERNS_MAX: usize = 16;
+/// Longest answer pattern in a `classify` list, in bytes.
+pub const CLASSIFY_PATTERN_BYTES_MAX: usize = 200;
+/// How much of an answer's text its patterns are matched in, in bytes: the
+/// words that say what went wrong come first, and a large answer is not
+/// copied whole to be judged.
+pub const CLASSIFY_TEXT_BYTES_MAX: usize = 16 * 1024;
 /// Longest lease a ledger attempt or probe permit may ask for, in milliseconds.
 pub const LEASE_MS_MAX: u64 = 10 * 60 * 1000;
 /// Furthest one log entry may move the state clock ahead, in milliseconds

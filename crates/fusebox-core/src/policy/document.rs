@@ -10,6 +10,7 @@
 //! `document_resolve.rs`, validation in `validate.rs`, canonical rendering
 //! and diffs in `document_diff.rs`.
 
+use super::classify::ClassifyOverrides;
 use super::failover::FailoverGroup;
 use super::resolved::{EffectClass, OnPartition, Scope};
 use super::PolicyProblem;
@@ -129,6 +130,9 @@ pub struct ToolOverrides {
     /// Breaker overrides, field by field.
     #[serde(default, skip_serializing_if = "BreakerOverrides::is_empty")]
     pub breaker: BreakerOverrides,
+    /// Answer patterns, list by list (see `classify.rs`).
+    #[serde(default, skip_serializing_if = "ClassifyOverrides::is_empty")]
+    pub classify: ClassifyOverrides,
 }
 
 /// One server's overrides: the same settings as [`ToolOverrides`] (whose
@@ -157,6 +161,9 @@ pub struct ServerOverrides {
     /// Breaker overrides for the server breaker and this server's tools.
     #[serde(default, skip_serializing_if = "BreakerOverrides::is_empty")]
     pub breaker: BreakerOverrides,
+    /// Answer patterns for this server's tools.
+    #[serde(default, skip_serializing_if = "ClassifyOverrides::is_empty")]
+    pub classify: ClassifyOverrides,
     /// Per-tool overrides, the most specific layer.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<ToolName, ToolOverrides>,
@@ -281,6 +288,7 @@ impl ServerOverrides {
             shadow: self.shadow,
             retry: self.retry.clone(),
             breaker: self.breaker.clone(),
+            classify: self.classify.clone(),
         }
     }
 }

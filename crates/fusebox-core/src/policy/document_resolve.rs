@@ -18,6 +18,7 @@
 //! A non-idempotent write that no layer gives `max_attempts` gets one attempt,
 //! not the built-in three: it is never retried automatically.
 
+use super::classify::Classification;
 use super::document::{PolicyDocument, ToolOverrides};
 use super::resolved::{
     BreakerPolicy, EffectClass, OpenBackoff, RetryPolicy, ToolPolicy, Trip, WindowPolicy,
@@ -110,6 +111,7 @@ pub(crate) fn resolve_tool(layers: &[&ToolOverrides]) -> ToolPolicy {
         breaker: resolve_breaker(layers),
         scope: first(layers, |l| l.scope).unwrap_or(built_in.scope),
         on_partition: first(layers, |l| l.on_partition).unwrap_or(built_in.on_partition),
+        classify: Classification::resolve(layers.iter().map(|l| &l.classify)),
     }
 }
 

@@ -10,6 +10,7 @@
 //! a rule is refused as a whole with every [`PolicyProblem`] listed, and the
 //! version in force stays in force.
 
+mod classify;
 mod document;
 mod document_diff;
 mod document_resolve;
@@ -21,6 +22,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use classify::{Classification, ClassifyOverrides, Verdict};
 pub use document::{
     BreakerOverrides, LatencySettings, LedgerSettings, PolicyDocument, PolicyFormat,
     RetryOverrides, ServerOverrides, ToolOverrides,

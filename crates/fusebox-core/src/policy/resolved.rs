@@ -1,5 +1,6 @@
 //! Effective, validated policy values as the engines consume them.
 
+use super::classify::Classification;
 use crate::outcome::OutcomeClass;
 use serde::{Deserialize, Serialize};
 
@@ -217,6 +218,9 @@ pub struct ToolPolicy {
     pub scope: Scope,
     /// Behaviour when the cluster is unreachable.
     pub on_partition: OnPartition,
+    /// Answer patterns that overrule an answer's form.
+    #[serde(default, skip_serializing_if = "Classification::is_empty")]
+    pub classify: Classification,
 }
 
 impl Default for ToolPolicy {
@@ -228,6 +232,7 @@ impl Default for ToolPolicy {
             breaker: BreakerPolicy::default(),
             scope: Scope::Tool,
             on_partition: OnPartition::FailOpenLocal,
+            classify: Classification::default(),
         }
     }
 }

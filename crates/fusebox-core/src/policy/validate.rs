@@ -120,6 +120,9 @@ fn check_layer(path: &str, own: &ToolOverrides, layers: &[&ToolOverrides], p: &m
     );
     check_retry(&format!("{path}.retry"), &own.retry, p);
     check_breaker(&format!("{path}.breaker"), &own.breaker, p);
+    for (field, rule) in own.classify.problems(&format!("{path}.classify")) {
+        p.push(field, rule);
+    }
     check_resolved(path, own, layers, p);
 }
 

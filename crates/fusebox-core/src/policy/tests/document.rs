@@ -517,6 +517,20 @@ fn the_tax_lookup_example_sizes_each_deadline() {
     assert_eq!(timeout("tax-vendor", "tax_lookup"), 10_000);
     assert_eq!(timeout("geocoder", "geocode"), 5_000);
     assert_eq!(timeout("accounts", "get_account"), 3_000);
+    let geocode = document.tool_policy(&server("geocoder"), &tool("geocode"));
+    assert_eq!(
+        geocode.classify.success,
+        vec!["address not found".to_owned()]
+    );
+    assert_eq!(
+        geocode.classify.judge("Over Capacity, retry later", false),
+        Some(crate::policy::Verdict::Failure)
+    );
+    let lookup = document.tool_policy(&server("tax-vendor"), &tool("tax_lookup"));
+    assert!(
+        lookup.classify.is_empty(),
+        "another server's patterns do not apply"
+    );
     let breaker = document.server_breaker(&server("tax-vendor"));
     assert_eq!(breaker.trip, Trip::ConsecutiveFailures { failures: 4 });
     assert_eq!(breaker.open.duration_ms(0), 20_000);
