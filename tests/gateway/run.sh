@@ -19,18 +19,27 @@ if [ ! -x "$bin" ]; then
     cargo test --workspace --no-run --locked  # the same build as scripts/test
 fi
 
-venv=${FUSEBOX_GATEWAY_VENV:-$HOME/.cache/fusebox-gateway-venv}
-pins=(fastmcp==4.2.3 mcp==2.3.0)
-if ! "$venv/bin/python" -c 'import fastmcp, mcp' 2>/dev/null \
-    || [ "$(cat "$venv/pins" 2>/dev/null)" != "${pins[*]}" ]; then
-    echo "==> installing ${pins[*]} into $venv"
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q "${pins[@]}"
-    echo "${pins[*]}" > "$venv/pins"
-fi
+# A venv with exactly these pins, made again when they change.
+ensure_venv() {
+    local venv=$1 module=$2
+    shift 2
+    if ! "$venv/bin/python" -c "import $module" 2>/dev/null \
+        || [ "$(cat "$venv/pins" 2>/dev/null)" != "$*" ]; then
+        echo "==> installing $* into $venv"
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q "$@"
+        echo "$*" > "$venv/pins"
+    fi
+}
 
-"$venv/bin/python" tests/gateway/test_gateway.py "$bin"
+venv=${FUSEBOX_GATEWAY_VENV:-$HOME/.cache/fusebox-gateway-venv}
+ensure_venv "$venv" "fastmcp, mcp" fastmcp==4.2.3 mcp==2.3.0
+# The task upstream: fastmcp-tasks pins its own FastMCP (4.1.4).
+tasks_venv=${FUSEBOX_GATEWAY_TASKS_VENV:-$HOME/.cache/fusebox-gateway-tasks-venv}
+ensure_venv "$tasks_venv" "fastmcp_tasks" fastmcp-tasks==4.1.4
+
+FUSEBOX_TASKS_PYTHON=$tasks_venv/bin/python "$venv/bin/python" tests/gateway/test_gateway.py "$bin"
 
 echo "==> a bounded run of the gateway benchmark"
 FUSEBOX_GATEWAY_VENV=$venv tests/gateway/bench.sh "$bin" --agents 1,4 --seconds 1 --rounds 1 --warmup-seconds 0.2

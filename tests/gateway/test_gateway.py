@@ -81,8 +81,29 @@ open_ms = 60000
 consecutive_failures = 3
 open_ms = 60000
 
+[servers.vendor.tools.find_customer.breaker]
+consecutive_failures = 3
+open_ms = 60000
+
+# Its words overrule its answers' form.
+[servers.vendor.tools.find_customer.classify]
+success = ["no such customer"]
+caller_error = ["invalid customer id"]
+failure = ["temporarily unavailable"]
+
 [servers.vendor.tools.charge]
 timeout_ms = 1000
+
+# The jobs server runs its tools as MCP tasks: the deadline is each poll's.
+[servers.jobs]
+timeout_ms = 2000
+
+[servers.jobs.breaker]
+minimum_calls = 1000
+
+[servers.jobs.tools.export_archive.breaker]
+consecutive_failures = 2
+open_ms = 60000
 
 [servers.vendor.tools.strict]
 on_partition = "fail_closed"
@@ -102,6 +123,9 @@ concurrent_probes = 2
 probe_successes = 2
 """
 CONCURRENT_PROBES = 2
+# Each call's budget at the gateways: it bounds a whole MCP task.
+BUDGET_MS = 10000
+TASKS_PYTHON = os.environ.get("FUSEBOX_TASKS_PYTHON", sys.executable)
 
 
 class Failed(Exception):
@@ -150,6 +174,9 @@ class World:
         self.state2 = os.path.join(tmp, "upstream2")
         os.makedirs(self.state2)
         self.upstream_port = free_port()
+        self.jobs_port = free_port()
+        self.jobs_state = os.path.join(tmp, "jobs")
+        os.makedirs(self.jobs_state)
         self.gateway_ports = [free_port() for _ in range(3)]
 
     def spawn(self, name, args, env=None):
@@ -207,6 +234,11 @@ class World:
         self.upstream = self.spawn("upstream", [sys.executable, os.path.join(HERE, "upstream.py"),
                                                 str(self.upstream_port), self.state])
         wait_port(self.upstream_port, "the upstream")
+        if not getattr(self, "jobs", None):
+            # fastmcp-tasks pins its own FastMCP, so it has a venv of its own.
+            self.jobs = self.spawn("jobs", [TASKS_PYTHON, os.path.join(HERE, "task_upstream.py"),
+                                            str(self.jobs_port), self.jobs_state])
+            wait_port(self.jobs_port, "the task upstream")
 
     def gateway_config(self, name, port):
         """A gateway's file; without a port it serves stdio only."""
@@ -218,6 +250,7 @@ class World:
 namespace = "{NS}"
 replica_id = "{name}"
 cluster = [{", ".join(f'"127.0.0.1:{p}"' for p in self.api)}]
+budget_ms = {BUDGET_MS}
 
 [[upstream]]
 name = "vendor"
@@ -226,6 +259,10 @@ url = "http://127.0.0.1:{self.upstream_port}/mcp"
 [[upstream]]
 name = "vendor2"
 command = ["{sys.executable}", "{os.path.join(HERE, "upstream.py")}", "stdio", "{self.state2}"]
+
+[[upstream]]
+name = "jobs"
+url = "http://127.0.0.1:{self.jobs_port}/mcp"
 """)
         return config
 
@@ -279,6 +316,15 @@ class Agents:
         self.aggregated = [f"http://127.0.0.1:{p}/mcp" for p in world.gateway_ports]
         self.base = [f"http://127.0.0.1:{p}" for p in world.gateway_ports]
         self.direct = f"http://127.0.0.1:{world.upstream_port}/mcp"
+        self.jobs = [f"http://127.0.0.1:{p}/servers/jobs/mcp" for p in world.gateway_ports]
+        self.jobs_direct = f"http://127.0.0.1:{world.jobs_port}/mcp"
+
+    async def job(self, i, tool, args, intent=None):
+        meta = {INTENT: intent} if intent else None
+        return await session_call(self.jobs[i % 3], tool, args, meta)
+
+    async def job_stats(self):
+        return json.loads(text(await session_call(self.jobs_direct, "job_stats", {})))
 
     async def call(self, i, tool, args, intent=None):
         meta = {INTENT: intent} if intent else None
@@ -365,6 +411,29 @@ async def scenario(world):
         f"Six calls with bad arguments were refused at the gateway ('{text(r)[:100]}'), never sent, "
         "and the tool (breaker at 3) still answers")
 
+    for i in range(6):
+        absent = await agents.call(i, "find_customer", {"customer": str(100 + i)})
+        mistake = await agents.call(i, "find_customer", {"customer": "x-1"})
+        if not failed(absent) or "No such customer" not in text(absent):
+            raise Failed(f"the upstream's 'no such customer' was not passed on: {text(absent)}")
+        if not failed(mistake) or "invalid customer id" not in text(mistake):
+            raise Failed(f"the upstream's 'invalid customer id' was not passed on: {text(mistake)}")
+    await asyncio.sleep(1.5)
+    found = await agents.call(0, "find_customer", {"customer": "42"})
+    if failed(found) or await agents.calls("find_customer") != 13:
+        raise Failed(f"error answers the policy calls success or the caller's were counted: {text(found)}")
+    for i in range(3):
+        down = await agents.call(i, "find_customer", {"customer": "down"})
+        if "temporarily unavailable" not in text(down):
+            raise Failed(f"the upstream's plain answer was not passed on: {text(down)}")
+    await asyncio.sleep(1.5)
+    r = await agents.call(1, "find_customer", {"customer": "42"})
+    if "unavailable for about" not in text(r) or await agents.calls("find_customer") != 16:
+        raise Failed(f"plain answers the policy calls failures did not trip the breaker: {text(r)}")
+    log("3b. find_customer's policy patterns: 6 'no such customer' and 6 'invalid customer id' "
+        "error results counted nothing (breaker at 3, still answering); 3 plain 'temporarily "
+        f"unavailable' answers tripped it ('{text(r)[:80]}')")
+
     first = await agents.call(0, "charge", {"account": "acme", "cents": 1200}, intent="order-1")
     again = await agents.call(1, "charge", {"cents": 1200, "account": "acme"}, intent="order-1")
     charges = (await agents.upstream_stats())["charges"]
@@ -407,10 +476,54 @@ async def scenario(world):
         raise Failed(f"the kill switch: {text(blocked)} / {text(read)} / {charges}")
     log(f"   kill switch on: the write is refused ('{text(blocked)[:100]}'), reads still answer")
 
+    await tasks(agents, world)
     await half_open_race(agents, world)
     await aggregated(agents, world)
     await reconnect_and_metrics(agents, world)
     await partition(agents, world)
+
+
+async def tasks(agents, world):
+    started = time.monotonic()
+    report = await agents.job(0, "build_report", {"pages": 3})
+    took = time.monotonic() - started
+    if failed(report) or text(report) != "a report of 3 pages" or took < 1.0:
+        raise Failed(f"a task's result did not come back as the call's: {text(report)} ({took:.2f} s)")
+    for i in range(2):
+        locked = await agents.job(i, "export_archive", {"year": 1999})
+        if not failed(locked) or "locked" not in text(locked):
+            raise Failed(f"a task that ended in an error result: {text(locked)}")
+    await asyncio.sleep(1.5)
+    refused = await agents.job(2, "export_archive", {"year": 1999})
+    stats = await agents.job_stats()
+    if "unavailable for about" not in text(refused) or stats["calls"].get("export_archive") != 2:
+        raise Failed(f"tasks ending in errors did not trip the breaker: {text(refused)} / {stats}")
+    log(f"10. MCP tasks are followed for the agent: build_report answered '{text(report)}' after {took:.1f} s; "
+        f"two export_archive tasks ending in isError tripped its breaker ('{text(refused)[:60]}')")
+
+    done = await agents.job(0, "provision", {"account": "acme"}, intent="acct-1")
+    again = await agents.job(1, "provision", {"account": "acme"}, intent="acct-1")
+    stats = await agents.job_stats()
+    if failed(done) or text(again) != text(done) or stats["provisioned"] != ["acme"]:
+        raise Failed(f"a write run as a task ran again: {text(done)} / {text(again)} / {stats}")
+    open(os.path.join(world.jobs_state, "stall"), "w").close()
+    started = time.monotonic()
+    lost = await agents.job(1, "provision", {"account": "zeta"}, intent="acct-2")
+    took = time.monotonic() - started
+    retry = await agents.job(2, "provision", {"account": "zeta"}, intent="acct-2")
+    os.remove(os.path.join(world.jobs_state, "stall"))
+    await asyncio.sleep(1.0)  # tasks/cancel reaches the task
+    stats = await agents.job_stats()
+    if "may or may not have happened" not in text(lost) or not failed(retry) \
+            or stats["provisioned"] != ["acme", "zeta"] or stats["cancelled"].get("provision") != 1:
+        raise Failed(f"a task outliving its budget: {text(lost)} / {text(retry)} / {stats}")
+    records = json.loads(world.cli("ledger", "list", "--ns", NS, "--status", "ambiguous", "--json"))
+    keys = [r["key"] for r in records.get("records", records if isinstance(records, list) else [])]
+    if len(keys) != 1:
+        raise Failed(f"expected the stalled task's key ambiguous, the ledger lists {records}")
+    log(f"    provision (a write) as a task ran once for two calls of one intent ('{text(done)}'); "
+        f"a task outliving the {BUDGET_MS} ms budget was cancelled upstream after {took:.1f} s and "
+        f"left key {keys[0]} ambiguous ('{text(lost)[:80]}'); the retry was refused")
 
 
 async def half_open_race(agents, world):

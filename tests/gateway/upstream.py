@@ -1,7 +1,8 @@
 """A FastMCP tool server for the gateway test: one server, "vendor", with a
-tool that can be made slow, one that reports errors, a write, a tool whose
-breaker the test sends to HALF_OPEN, one that reports progress, and a count
-of every call it received (so the test can tell what reached it).
+tool that can be made slow, one that reports errors, one whose words say
+more than its form, a write, a tool whose breaker the test sends to
+HALF_OPEN, one that reports progress, and a count of every call it received
+(so the test can tell what reached it).
 
 Usage: upstream.py PORT STATE_DIR      (Streamable HTTP on 127.0.0.1:PORT/mcp)
        upstream.py stdio STATE_DIR     (MCP on stdin and stdout)
@@ -69,6 +70,21 @@ async def flaky(city: str) -> str:
     """Always reports an error result (isError: true)."""
     count("flaky")
     raise ToolError("the rate table is missing")
+
+
+@server.tool(annotations=READ)
+async def find_customer(customer: str) -> str:
+    """Says what its form does not: an unknown customer is an error result
+    ("no such customer"), so is a malformed id ("invalid customer id"), and
+    customer "down" answers a plain "temporarily unavailable"."""
+    count("find_customer")
+    if customer == "down":
+        return "Service temporarily unavailable, try later"
+    if not customer.isdigit():
+        raise ToolError(f"invalid customer id {customer!r}")
+    if customer != "42":
+        raise ToolError(f"No such customer: {customer}")
+    return "customer 42: Ada"
 
 
 @server.tool(annotations=READ)

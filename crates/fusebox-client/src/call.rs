@@ -11,12 +11,13 @@ use crate::local_breakers::{server_key, LocalPermit};
 use crate::metrics::bump;
 use crate::probe::{self, ClusterPermit, ProbeAnswer};
 use crate::retry;
-use crate::tool::{CallContext, CallOutput, ToolFailure, ToolRef};
+use crate::tool::{CallContext, CallOutput, Started, ToolFailure, ToolRef};
 use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
 use fusebox_core::disclosure::{assess, DegradationMode, ModeAdvice};
 use fusebox_core::policy::{OnPartition, ToolPolicy};
 use fusebox_core::OutcomeClass;
 use fusebox_proto::v1 as pb;
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +72,22 @@ impl<T> AttemptEnd<T> {
     }
 }
 
+impl<T, H> AttemptEnd<Started<T, H>> {
+    /// The handle when the attempt started work that is still running,
+    /// else how the attempt ended.
+    pub(crate) fn running(self) -> Result<H, AttemptEnd<T>> {
+        match self {
+            AttemptEnd::Done(Ok(Started::Running(handle))) => Ok(handle),
+            AttemptEnd::Done(Ok(Started::Done(value))) => Err(AttemptEnd::Done(Ok(value))),
+            AttemptEnd::Done(Err(failure)) => Err(AttemptEnd::Done(Err(failure))),
+            AttemptEnd::TimedOut { layer, deadline } => {
+                Err(AttemptEnd::TimedOut { layer, deadline })
+            }
+            AttemptEnd::Cancelled => Err(AttemptEnd::Cancelled),
+        }
+    }
+}
+
 /// A fresh id for one attempt.
 pub(crate) fn new_attempt_id() -> String {
     format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
@@ -101,20 +118,55 @@ impl Client {
         F: FnMut(CallContext) -> Fut,
         Fut: Future<Output = Result<T, ToolFailure>>,
     {
-        self.call_gated(journey, tool, f)
+        let mut f = f;
+        let start = |ctx| {
+            let call = f(ctx);
+            async move { call.await.map(Started::Done) }
+        };
+        let follow = |never: Infallible| async move { match never {} };
+        self.call_gated(journey, tool, start, follow)
             .await
             .map_err(|e| e.in_intent(journey.intent_id()))
     }
 
-    async fn call_gated<T, F, Fut>(
+    /// [`Client::call`] for a tool that may answer with a handle to work
+    /// still running (an MCP task, a job id). `start` is the attempt, as
+    /// `f` is in `call`. When it answers [`Started::Running`],
+    /// `follow(handle)` sees the work to its end, holding the attempt's
+    /// admission (and probe permit) meanwhile, and its answer is the
+    /// attempt's: one outcome for the breaker, retried as `call` retries.
+    /// `follow` runs outside the attempt's deadline: it bounds itself,
+    /// within the journey's budget.
+    pub async fn call_following<T, H, F, Fut, G, Gut>(
+        &self,
+        journey: &Journey,
+        tool: &ToolRef,
+        start: F,
+        follow: G,
+    ) -> Result<CallOutput<T>, ClientError>
+    where
+        F: FnMut(CallContext) -> Fut,
+        Fut: Future<Output = Result<Started<T, H>, ToolFailure>>,
+        G: FnMut(H) -> Gut,
+        Gut: Future<Output = Result<T, ToolFailure>>,
+    {
+        self.call_gated(journey, tool, start, follow)
+            .await
+            .map_err(|e| e.in_intent(journey.intent_id()))
+    }
+
+    async fn call_gated<T, H, F, Fut, G, Gut>(
         &self,
         journey: &Journey,
         tool: &ToolRef,
         mut f: F,
+        mut follow: G,
     ) -> Result<CallOutput<T>, ClientError>
     where
         F: FnMut(CallContext) -> Fut,
-        Fut: Future<Output = Result<T, ToolFailure>>,
+        Fut: Future<Output = Result<Started<T, H>, ToolFailure>>,
+        G: FnMut(H) -> Gut,
+        Gut: Future<Output = Result<T, ToolFailure>>,
     {
         let policy = self.open_intent(journey, tool)?;
         let mut attempt = 0;
@@ -131,6 +183,14 @@ impl Client {
             let (end, elapsed) = self
                 .attempt(journey, tool, &pass, ctx, deadline, &mut f)
                 .await;
+            let (end, elapsed) = match end.running() {
+                Err(end) => (end, elapsed),
+                Ok(handle) => {
+                    let following = Instant::now();
+                    let ended = follow(handle).await;
+                    (AttemptEnd::Done(ended), elapsed + following.elapsed())
+                }
+            };
             self.settle(tool, &policy, pass, end.class(), elapsed);
             let failure = match end {
                 AttemptEnd::Done(Ok(value)) => {

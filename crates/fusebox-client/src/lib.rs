@@ -77,13 +77,13 @@ pub use error::{ClientError, Forced, Layer};
 pub use journey::Journey;
 pub use metrics::MetricsSnapshot;
 pub use retry::backoff_ms;
-pub use tool::{CallContext, CallOutput, ToolFailure, ToolRef};
+pub use tool::{CallContext, CallOutput, Started, ToolFailure, ToolRef};
 pub use view::ViewStatus;
 pub use write::{WriteOutput, WriteRequest, WriteSuccess};
 
 pub use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
 pub use fusebox_core::ledger::derive_key;
-pub use fusebox_core::policy::{EffectClass, OnPartition};
+pub use fusebox_core::policy::{Classification, EffectClass, OnPartition, Verdict};
 pub use fusebox_core::OutcomeClass;
 pub use fusebox_proto::tls::ClientTlsFiles;
 pub use fusebox_proto::v1 as proto;

@@ -135,3 +135,18 @@ pub struct CallOutput<T> {
     /// The call ran as a half-open probe with a fleet-wide permit.
     pub probe: bool,
 }
+
+/// What the call that starts a tool's work answered: its result, or a
+/// handle to work still running (an MCP task, a job id) for the caller's
+/// `follow` to see to its end ([`Client::call_following`],
+/// [`Client::write_following`]).
+///
+/// [`Client::call_following`]: crate::Client::call_following
+/// [`Client::write_following`]: crate::Client::write_following
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Started<T, H> {
+    /// The work finished within the call.
+    Done(T),
+    /// The work runs on; the handle is given to `follow`.
+    Running(H),
+}

@@ -10,6 +10,13 @@
 //! it. Only an idempotent write whose request never left (or was refused
 //! with a 429 before anything happened) is retried, under the same key with
 //! a new attempt id.
+//!
+//! A tool may answer a write with a handle to work still running (an MCP
+//! task, a job id) rather than its result: [`Client::write_following`].
+//! The call that started the work is the gated attempt; the record then
+//! stays in progress, its lease held for the journey, while the caller's
+//! `follow` sees the work to its end, and what `follow` answers completes
+//! the record as the attempt's own answer would have.
 
 use crate::call::{AttemptEnd, Pass};
 use crate::client::Client;
@@ -18,7 +25,7 @@ use crate::error::{ClientError, Layer};
 use crate::journey::Journey;
 use crate::metrics::bump;
 use crate::retry;
-use crate::tool::{CallContext, ToolFailure, ToolRef};
+use crate::tool::{CallContext, Started, ToolFailure, ToolRef};
 use fusebox_core::limits::{LEASE_MS_MAX, STORED_RESULT_BYTES_MAX};
 use fusebox_core::policy::{EffectClass, ToolPolicy};
 use fusebox_core::OutcomeClass;
@@ -27,9 +34,14 @@ use fusebox_proto::v1::begin_response::Outcome as Begun;
 use fusebox_proto::v1::complete_request::Outcome as Completion;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use sha2::{Digest, Sha256};
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
+
+/// How often a held lease is renewed: a third of the longest lease.
+const LEASE_RENEW_EVERY: Duration = Duration::from_millis(LEASE_MS_MAX / 3);
 
 /// One write intent: the tool, its idempotency key, its target and the
 /// fingerprint of its arguments.
@@ -135,20 +147,57 @@ impl Client {
         F: FnMut(CallContext) -> Fut,
         Fut: Future<Output = Result<WriteSuccess, ToolFailure>>,
     {
-        self.write_guarded(journey, request, f)
+        let mut f = f;
+        let start = |ctx| {
+            let call = f(ctx);
+            async move { call.await.map(Started::Done) }
+        };
+        let follow = |never: Infallible| async move { match never {} };
+        self.write_guarded(journey, request, start, follow)
             .await
             .map_err(|e| e.in_intent(journey.intent_id()))
     }
 
-    async fn write_guarded<F, Fut>(
+    /// [`Client::write`] for a tool that may answer with a handle to work
+    /// still running. `start` is the attempt, as `f` is in `write`. When it
+    /// answers [`Started::Running`], the record stays in progress with its
+    /// lease held for the rest of the journey, and `follow(handle)` sees
+    /// the work to its end, holding the attempt's admission (and probe
+    /// permit) meanwhile. Its answer is the attempt's: one outcome for the
+    /// breaker, and the record completed as `start`'s answer would have
+    /// completed it (a failure whose request had left, such as a poll that
+    /// got no answer, makes the write ambiguous). `follow` runs outside the
+    /// attempt's deadline: it bounds itself, within the journey's budget.
+    pub async fn write_following<F, Fut, H, G, Gut>(
+        &self,
+        journey: &Journey,
+        request: &WriteRequest,
+        start: F,
+        follow: G,
+    ) -> Result<WriteOutput, ClientError>
+    where
+        F: FnMut(CallContext) -> Fut,
+        Fut: Future<Output = Result<Started<WriteSuccess, H>, ToolFailure>>,
+        G: FnMut(H) -> Gut,
+        Gut: Future<Output = Result<WriteSuccess, ToolFailure>>,
+    {
+        self.write_guarded(journey, request, start, follow)
+            .await
+            .map_err(|e| e.in_intent(journey.intent_id()))
+    }
+
+    async fn write_guarded<F, Fut, H, G, Gut>(
         &self,
         journey: &Journey,
         request: &WriteRequest,
         mut f: F,
+        mut follow: G,
     ) -> Result<WriteOutput, ClientError>
     where
         F: FnMut(CallContext) -> Fut,
-        Fut: Future<Output = Result<WriteSuccess, ToolFailure>>,
+        Fut: Future<Output = Result<Started<WriteSuccess, H>, ToolFailure>>,
+        G: FnMut(H) -> Gut,
+        Gut: Future<Output = Result<WriteSuccess, ToolFailure>>,
     {
         let tool = &request.tool;
         let policy = as_write(self.open_intent(journey, tool)?);
@@ -190,10 +239,22 @@ impl Client {
                 // until it ends (`renewing` never finishes by itself).
                 tokio::select! {
                     ended = call => ended,
-                    () = self.renewing(journey, request, &attempt_id) => unreachable!("renewing never ends"),
+                    () = self.renewing(journey, request, &attempt_id, LEASE_RENEW_EVERY, LEASE_MS_MAX) => unreachable!("renewing never ends"),
                 }
             } else {
                 call.await
+            };
+            // Work still running is followed to its end, which is then the
+            // attempt's: one outcome for the breaker, one for the record.
+            let (end, elapsed) = match end.running() {
+                Err(end) => (end, elapsed),
+                Ok(handle) => {
+                    let following = Instant::now();
+                    let ended = self
+                        .follow_running(journey, request, &attempt_id, follow(handle))
+                        .await;
+                    (AttemptEnd::Done(ended), elapsed + following.elapsed())
+                }
             };
             let class = end.class();
             let settled = self.settled(journey, tool, end, elapsed);
@@ -322,20 +383,49 @@ impl Client {
         self.claim(request, attempt_id, answer.outcome)
     }
 
-    /// Renews the lease of `attempt_id` a third of the longest lease apart,
-    /// for as long as it is polled; a refused renewal (the lease lapsed, the
+    /// Awaits `followed`, the end of a write still running, with the
+    /// record's lease stretched at once to the rest of the journey (capped
+    /// at the longest lease, and renewed past that).
+    async fn follow_running(
+        &self,
+        journey: &Journey,
+        request: &WriteRequest,
+        attempt_id: &str,
+        followed: impl Future<Output = Result<WriteSuccess, ToolFailure>>,
+    ) -> Result<WriteSuccess, ToolFailure> {
+        let lease_ms = u64::try_from(journey.remaining().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(self.inner.config.write_lease_margin_ms)
+            .min(LEASE_MS_MAX);
+        tokio::select! {
+            ended = followed => ended,
+            () = self.renewing(journey, request, attempt_id, Duration::ZERO, lease_ms) => unreachable!("renewing never ends"),
+        }
+    }
+
+    /// Renews the lease of `attempt_id`, first `first` from now to
+    /// `first_lease_ms`, then to the longest lease a third of it apart, for
+    /// as long as it is polled; a refused renewal (the lease lapsed, the
     /// key settled) stops renewing, and the completion will say what
     /// happened.
-    async fn renewing(&self, journey: &Journey, request: &WriteRequest, attempt_id: &str) {
-        let every = Duration::from_millis(LEASE_MS_MAX / 3);
+    async fn renewing(
+        &self,
+        journey: &Journey,
+        request: &WriteRequest,
+        attempt_id: &str,
+        first: Duration,
+        first_lease_ms: u64,
+    ) {
+        let mut next = (first, first_lease_ms);
         loop {
-            tokio::time::sleep(every).await;
+            let (wait, lease_ms) = std::mem::replace(&mut next, (LEASE_RENEW_EVERY, LEASE_MS_MAX));
+            tokio::time::sleep(wait).await;
             let message = pb::RenewRequest {
                 namespace: self.inner.config.namespace.to_string(),
                 meta: None,
                 key: request.key.clone(),
                 attempt_id: attempt_id.to_owned(),
-                lease_ms: LEASE_MS_MAX,
+                lease_ms,
             };
             let rpc = journey.deadline(self.inner.config.rpc_timeout(), Layer::Cluster);
             let renewed = self

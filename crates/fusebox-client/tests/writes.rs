@@ -8,7 +8,7 @@ mod support;
 
 use fusebox_client::proto::{LedgerStatus, ResolutionDecision};
 use fusebox_client::{
-    derive_key, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef, WriteRequest,
+    derive_key, ClientError, Journey, OutcomeClass, Started, ToolFailure, ToolRef, WriteRequest,
     WriteSuccess,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -216,6 +216,81 @@ async fn an_idempotent_write_is_replayed_from_the_ledger() {
         .unwrap_err();
     assert_eq!(err.kind(), "mismatch");
     assert_eq!(err.intent_id(), Some("intent-7"), "{err}");
+    client.close().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_still_running_keeps_its_record_until_it_ends() {
+    let (cluster, client) = setup().await;
+    let mut config = cluster.config("writer-2", &[0]);
+    config.write_lease_margin_ms = 100;
+    let tight = connected(config).await;
+    let tool = ToolRef::new("jobs", "restart_job").unwrap();
+    let request = WriteRequest::new(tool.clone(), "restart-job-9", "job-9", b"{}");
+    let started = Arc::new(AtomicU32::new(0));
+
+    tracing::info!("the attempt starts the work; following it outlasts the attempt's 300 ms deadline and the first lease");
+    let (s, follower, long) = (started.clone(), &client, journey());
+    let write = tight.write_following(
+        &long,
+        &request,
+        |_ctx| {
+            let s = s.clone();
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                Ok(Started::Running("run-9".to_owned()))
+            }
+        },
+        |run: String| async move {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            Ok(WriteSuccess {
+                operation_id: run,
+                result: b"restarted".to_vec(),
+            })
+        },
+    );
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        follower
+            .write(&journey(), &request, |_| async { panic!("never") })
+            .await
+            .unwrap_err()
+    };
+    let (out, other) = tokio::join!(write, meanwhile);
+    let out = out.unwrap();
+    assert_eq!(other.kind(), "in_progress", "{other}");
+    assert_eq!(out.result, b"restarted".to_vec());
+    assert_eq!(out.operation_id.as_deref(), Some("run-9"));
+    let record = client.lookup("restart-job-9").await.unwrap();
+    assert_eq!(record.status, LedgerStatus::Succeeded as i32);
+    let again = client
+        .write(&journey(), &request, |_| async { panic!("never") })
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+
+    tracing::info!("work whose end was not seen leaves the write ambiguous");
+    let lost = WriteRequest::new(tool, "restart-job-10", "job-10", b"{}");
+    let err = tight
+        .write_following(
+            &journey(),
+            &lost,
+            |_ctx| async { Ok(Started::Running(())) },
+            |()| async {
+                Err::<WriteSuccess, _>(ToolFailure::new(
+                    OutcomeClass::Timeout,
+                    "the poll got no answer",
+                ))
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "ambiguous_outcome", "{err}");
+    let record = client.lookup("restart-job-10").await.unwrap();
+    assert_eq!(record.status, LedgerStatus::Ambiguous as i32);
+    tight.close().await;
     client.close().await;
     cluster.shutdown().await;
 }

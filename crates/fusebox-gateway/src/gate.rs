@@ -14,16 +14,40 @@
 //! | the connection failed or closed | transport | yes |
 //! | no answer within the deadline | timeout (the SDK drops the call, and rmcp sends `notifications/cancelled` upstream) | yes |
 //!
+//! The tool's policy may overrule an answer's form by its words (its
+//! `classify` lists, matched in the answer's text content, or in a JSON-RPC
+//! error's message):
+//!
+//! | pattern list | applies to | the answer becomes |
+//! |---|---|---|
+//! | `caller_error` | an `isError` result, a JSON-RPC error | invalid arguments: not counted |
+//! | `success` | an `isError` result, a JSON-RPC error | a success (a JSON-RPC error reaches the agent as an `isError` result with its message) |
+//! | `failure` | a plain result | a tool error: counted |
+//!
 //! What the agent gets back: the upstream's own result or error when the
 //! upstream answered, else (a refusal, a timeout, an ambiguous write) a
 //! result with `isError: true` whose text is the SDK's one-line message for
 //! the model.
+//!
+//! An upstream may answer with an MCP task handle (long-running work). The
+//! gateway follows the task for the agent, which gets the task's result as
+//! the answer to its `tools/call` (agents need no tasks support):
+//! - each poll (`tasks/get`) is admitted by the tool's breaker and gets the
+//!   tool's deadline; a poll refused, unanswered or failed ends the call,
+//!   and the task is cancelled upstream (`tasks/cancel`);
+//! - the whole task is one call for the breaker, judged by how it ended,
+//!   and holds its admission (a probe permit in HALF_OPEN) until then;
+//! - a write's ledger record stays in progress, its lease held, until the
+//!   task ends, and then records its result; a task whose end was not seen
+//!   leaves the write ambiguous;
+//! - the call's budget (`budget_ms`) bounds the whole task; a task still
+//!   running when it runs out is cancelled.
 
 use crate::metrics::{CallRecord, Ended, GatewayMetrics, LedgerAnswer};
-use crate::upstream::{ProgressTarget, Upstream};
+use crate::upstream::{Called, ProgressTarget, TaskHandle, TaskState, Upstream};
 use fusebox_client::{
-    derive_key, CallContext, Client, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef,
-    WriteRequest, WriteSuccess,
+    derive_key, Admission, CallContext, Classification, Client, ClientError, Journey, OutcomeClass,
+    Started, ToolFailure, ToolRef, Verdict, WriteRequest, WriteSuccess,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode, MetaObject, RequestMetaObject,
@@ -46,6 +70,10 @@ pub const DEGRADED_META_KEY: &str = "fusebox/degraded";
 
 /// Longest intent id taken from `_meta`.
 const INTENT_BYTES_MAX: usize = 256;
+
+/// The most of a call's budget kept back from the tool for recording its
+/// outcome (a write's completion after a long task).
+const RESERVE_MAX: Duration = Duration::from_secs(2);
 
 /// What the upstream last answered, kept so the agent gets the upstream's
 /// own words back when the gate ends the call on them.
@@ -205,16 +233,19 @@ impl Gate {
         };
         let (given, intent) = intent_of(&meta);
         tracing::Span::current().record("intent_id", intent.as_str());
-        let journey = Journey::new(intent, self.budget, Duration::ZERO);
+        let reserve = (self.budget / 10).min(RESERVE_MAX);
+        let journey = Journey::new(intent, self.budget, reserve);
         let mut forwarded = meta;
         forwarded.0 .0.remove("progressToken");
+        let policy = self.client.tool_policy(&tool);
         let send = Sender {
             upstream: upstream.clone(),
             meta: forwarded,
             progress,
             trace: trace.clone(),
+            patterns: Arc::new(policy.classify.clone()),
         };
-        let effect = self.client.tool_policy(&tool).effect;
+        let effect = policy.effect;
         let (ended, degraded, ledger) = if effect.is_write() {
             let ended = self
                 .write(&journey, &tool, &send, params, given.is_some())
@@ -241,12 +272,14 @@ impl Gate {
         send: &Sender,
         params: CallToolRequestParams,
     ) -> Result<(CallToolResult, bool), ClientError> {
+        let start = |_ctx: CallContext| {
+            let (send, params) = (send.clone(), params.clone());
+            async move { send.call(params).await }
+        };
+        let follow = |task: TaskHandle| send.follow(&self.client, tool, journey, task);
         let out = self
             .client
-            .call(journey, tool, |_ctx: CallContext| {
-                let (send, params) = (send.clone(), params.clone());
-                async move { send.call(params).await }
-            })
+            .call_following(journey, tool, start, follow)
             .await?;
         Ok((out.value, out.degraded))
     }
@@ -270,21 +303,25 @@ impl Gate {
         if !intended {
             tracing::debug!(tool = %tool.tool(), "a write without {INTENT_META_KEY}: guarded for this call only");
         }
+        // A task is followed under the operation id of the attempt that
+        // started it.
+        let start = |ctx: CallContext| {
+            let (send, params) = (send.clone(), params.clone());
+            async move {
+                let operation = ctx.tool_call_id;
+                Ok(match send.call(params).await? {
+                    Started::Done(result) => Started::Done(send.succeeded(operation, result)),
+                    Started::Running(task) => Started::Running((operation, task)),
+                })
+            }
+        };
+        let follow = |(operation, task): (String, TaskHandle)| async move {
+            let result = send.follow(&self.client, tool, journey, task).await?;
+            Ok(send.succeeded(operation, result))
+        };
         let out = self
             .client
-            .write(journey, &request, |ctx: CallContext| {
-                let (send, params) = (send.clone(), params.clone());
-                async move {
-                    let result = send.call(params).await?;
-                    // Kept whole for this caller: the ledger may store it
-                    // empty when it is over its size bound.
-                    send.trace.keep(Answered::Result(result.clone()));
-                    Ok(WriteSuccess {
-                        operation_id: ctx.tool_call_id,
-                        result: serde_json::to_vec(&result).unwrap_or_default(),
-                    })
-                }
-            })
+            .write_following(journey, &request, start, follow)
             .await?;
         if !out.replayed {
             if let Some(Answered::Result(r)) = send.trace.take() {
@@ -357,10 +394,17 @@ struct Sender {
     meta: RequestMetaObject,
     progress: Option<ProgressTarget>,
     trace: Arc<Trace>,
+    /// The tool's answer patterns, from its policy.
+    patterns: Arc<Classification>,
 }
 
 impl Sender {
-    async fn call(&self, params: CallToolRequestParams) -> Result<CallToolResult, ToolFailure> {
+    /// One attempt: the call upstream, its answer classified, or the task
+    /// it started.
+    async fn call(
+        &self,
+        params: CallToolRequestParams,
+    ) -> Result<Started<CallToolResult, TaskHandle>, ToolFailure> {
         self.trace.sent.fetch_add(1, Ordering::Relaxed);
         let timed = Upstreamed {
             trace: &self.trace,
@@ -371,7 +415,115 @@ impl Sender {
             .call_tool(params, Some(self.meta.clone()), self.progress.clone())
             .await;
         drop(timed);
-        classify(answer, &self.trace)
+        match answer {
+            Ok(Called::Task(task)) => Ok(Started::Running(task)),
+            Ok(Called::Result(result)) => {
+                classify(Ok(result), &self.trace, &self.patterns).map(Started::Done)
+            }
+            Err(e) => classify(Err(e), &self.trace, &self.patterns).map(Started::Done),
+        }
+    }
+
+    /// A write's success: its result kept whole for this caller (the
+    /// ledger may store it empty when it is over its size bound).
+    fn succeeded(&self, operation_id: String, result: CallToolResult) -> WriteSuccess {
+        self.trace.keep(Answered::Result(result.clone()));
+        WriteSuccess {
+            operation_id,
+            result: serde_json::to_vec(&result).unwrap_or_default(),
+        }
+    }
+
+    /// Follows a task upstream to its end (see the module essay): its
+    /// result, classified as a direct answer would be.
+    async fn follow(
+        &self,
+        client: &Client,
+        tool: &ToolRef,
+        journey: &Journey,
+        task: TaskHandle,
+    ) -> Result<CallToolResult, ToolFailure> {
+        let _timed = Upstreamed {
+            trace: &self.trace,
+            started: Instant::now(),
+        };
+        let mut abandoned = Abandoned {
+            upstream: &self.upstream,
+            id: Some(task.id.clone()),
+        };
+        let id = task.id.as_str();
+        let mut wait = task.poll_after;
+        loop {
+            if journey.available() <= wait {
+                let budget = journey.budget().as_millis();
+                return Err(ToolFailure::new(
+                    OutcomeClass::Timeout,
+                    format!("task {id} was still running when the call's budget of {budget} ms ran out; it was cancelled"),
+                ));
+            }
+            tokio::time::sleep(wait).await;
+            if matches!(client.admit(tool).admission, Admission::Reject { .. }) {
+                return Err(ToolFailure::new(
+                    OutcomeClass::Cancelled,
+                    format!("stopped following task {id}: the tool's breaker opened meanwhile; the task was cancelled"),
+                ));
+            }
+            let deadline = client.tool_deadline(tool).min(journey.available());
+            let polled = tokio::time::timeout(deadline, self.upstream.poll_task(id)).await;
+            let state = match polled {
+                Err(_) => {
+                    let ms = deadline.as_millis();
+                    return Err(ToolFailure::new(
+                        OutcomeClass::Timeout,
+                        format!("tasks/get for task {id} got no answer within {ms} ms; the task was cancelled"),
+                    ));
+                }
+                Ok(Err(e)) => return classify(Err(e), &self.trace, &self.patterns),
+                Ok(Ok(state)) => state,
+            };
+            match state {
+                TaskState::Running(next) => wait = next,
+                TaskState::InputRequired => {
+                    return Err(ToolFailure::new(
+                        OutcomeClass::ServerError,
+                        format!(
+                        "task {id} asks for input, which the gateway cannot give; it was cancelled"
+                    ),
+                    ))
+                }
+                TaskState::Done(result) => {
+                    abandoned.id = None;
+                    return classify(Ok(result), &self.trace, &self.patterns);
+                }
+                TaskState::Failed(error) => {
+                    abandoned.id = None;
+                    let e = ServiceError::McpError(error);
+                    return classify(Err(e), &self.trace, &self.patterns);
+                }
+                TaskState::Cancelled => {
+                    abandoned.id = None;
+                    return Err(ToolFailure::new(
+                        OutcomeClass::ServerError,
+                        format!("the upstream cancelled task {id}"),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// A task followed until it ended; dropped before that (the call gave up,
+/// a poll failed, the agent cancelled), it is cancelled upstream.
+struct Abandoned<'a> {
+    upstream: &'a Arc<Upstream>,
+    id: Option<String>,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.upstream.cancel_task_soon(id);
+        }
     }
 }
 
@@ -398,19 +550,35 @@ fn ledger_answer(e: &ClientError) -> Option<LedgerAnswer> {
     })
 }
 
-/// An upstream answer as the gate counts it; the answer is kept in `trace`.
+/// An upstream answer as the gate counts it, by its form and then by the
+/// tool's `patterns`; an answer the gate ends the call on is kept in `trace`.
 fn classify(
     answer: Result<CallToolResult, ServiceError>,
     trace: &Trace,
+    patterns: &Classification,
 ) -> Result<CallToolResult, ToolFailure> {
     let keep = |a: Answered| trace.keep(a);
     match answer {
-        Ok(result) if result.is_error == Some(true) => {
-            let said = first_text(&result);
-            keep(Answered::Result(result));
-            Err(ToolFailure::new(OutcomeClass::ToolError, said))
+        Ok(result) => {
+            let is_error = result.is_error == Some(true);
+            let verdict = patterns.judge(&answer_text(&result), is_error);
+            match (is_error, verdict) {
+                (true, Some(Verdict::Success)) | (false, None | Some(Verdict::Success)) => {
+                    Ok(result)
+                }
+                (true, Some(Verdict::CallerError)) => {
+                    let said = first_text(&result);
+                    keep(Answered::Result(result));
+                    // The upstream refused the call as the caller's mistake.
+                    Err(ToolFailure::new(OutcomeClass::InvalidArguments, said).before_sending())
+                }
+                _ => {
+                    let said = first_text(&result);
+                    keep(Answered::Result(result));
+                    Err(ToolFailure::new(OutcomeClass::ToolError, said))
+                }
+            }
         }
-        Ok(result) => Ok(result),
         Err(ServiceError::McpError(e)) => {
             let callers = [
                 ErrorCode::INVALID_PARAMS,
@@ -419,8 +587,14 @@ fn classify(
             ]
             .contains(&e.code);
             let message = e.message.to_string();
+            let verdict = patterns.judge(&message, true);
+            if !callers && verdict == Some(Verdict::Success) {
+                // The tool did its job and said so as an error: the agent
+                // gets its words as a result, and nothing is counted.
+                return Ok(CallToolResult::error(vec![ContentBlock::text(message)]));
+            }
             keep(Answered::Error(e));
-            if callers {
+            if callers || verdict == Some(Verdict::CallerError) {
                 // The upstream refused the arguments: it did nothing.
                 Err(ToolFailure::new(OutcomeClass::InvalidArguments, message).before_sending())
             } else {
@@ -453,6 +627,16 @@ fn replayed(stored: &[u8], operation: Option<&str>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(format!(
         "Not an error: this write already happened (operation {op}), and its result was not kept. Do not repeat it; continue as if it succeeded."
     ))])
+}
+
+/// An answer's words: its text content, one block a line.
+fn answer_text(result: &CallToolResult) -> String {
+    let texts: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    texts.join("\n")
 }
 
 fn first_text(result: &CallToolResult) -> String {
@@ -506,25 +690,73 @@ mod tests {
     #[test]
     fn an_error_result_counts_and_invalid_arguments_do_not() {
         let last = Trace::default();
+        let none = Classification::default();
         let error = CallToolResult::error(vec![ContentBlock::text("rate table missing")]);
-        let failure = classify(Ok(error), &last).unwrap_err();
+        let failure = classify(Ok(error), &last, &none).unwrap_err();
         assert_eq!(failure.class, OutcomeClass::ToolError);
         assert!(matches!(last.take(), Some(Answered::Result(_))));
 
         let invalid = ErrorData::invalid_params("amount must be positive", None);
-        let failure = classify(Err(ServiceError::McpError(invalid)), &last).unwrap_err();
+        let failure = classify(Err(ServiceError::McpError(invalid)), &last, &none).unwrap_err();
         assert_eq!(failure.class, OutcomeClass::InvalidArguments);
         assert!(matches!(last.take(), Some(Answered::Error(_))));
 
         let internal = ErrorData::internal_error("boom", None);
-        let failure = classify(Err(ServiceError::McpError(internal)), &last).unwrap_err();
+        let failure = classify(Err(ServiceError::McpError(internal)), &last, &none).unwrap_err();
         assert_eq!(failure.class, OutcomeClass::ServerError);
 
-        let closed = classify(Err(ServiceError::TransportClosed), &last).unwrap_err();
+        let closed = classify(Err(ServiceError::TransportClosed), &last, &none).unwrap_err();
         assert_eq!(closed.class, OutcomeClass::Transport);
 
         let fine = CallToolResult::success(vec![ContentBlock::text("not found")]);
-        assert!(classify(Ok(fine), &last).is_ok());
+        assert!(classify(Ok(fine), &last, &none).is_ok());
+    }
+
+    #[test]
+    fn the_policy_patterns_overrule_an_answers_form() {
+        let patterns = Classification {
+            failure: vec!["temporarily unavailable".into()],
+            success: vec!["no such customer".into()],
+            caller_error: vec!["invalid customer id".into()],
+        };
+        let last = Trace::default();
+        let judge = |answer| classify(answer, &last, &patterns);
+
+        let unavailable =
+            CallToolResult::success(vec![ContentBlock::text("Service Temporarily Unavailable")]);
+        assert_eq!(
+            judge(Ok(unavailable)).unwrap_err().class,
+            OutcomeClass::ToolError
+        );
+        assert!(matches!(last.take(), Some(Answered::Result(_))));
+
+        let absent = CallToolResult::error(vec![ContentBlock::text("No such customer: 42")]);
+        let kept = judge(Ok(absent)).expect("a success");
+        assert_eq!(
+            kept.is_error,
+            Some(true),
+            "the agent gets the upstream's own result"
+        );
+
+        let mistake = CallToolResult::error(vec![ContentBlock::text("invalid customer id 'x'")]);
+        assert_eq!(
+            judge(Ok(mistake)).unwrap_err().class,
+            OutcomeClass::InvalidArguments
+        );
+
+        let rpc_absent = ErrorData::internal_error("no such customer", None);
+        let said = judge(Err(ServiceError::McpError(rpc_absent))).expect("a success");
+        assert_eq!(first_text(&said), "no such customer");
+
+        let rpc_mistake = ErrorData::internal_error("Invalid customer id", None);
+        let failure = judge(Err(ServiceError::McpError(rpc_mistake))).unwrap_err();
+        assert_eq!(failure.class, OutcomeClass::InvalidArguments);
+
+        // What no pattern names is judged by its form.
+        let other = CallToolResult::error(vec![ContentBlock::text("rate table missing")]);
+        assert_eq!(judge(Ok(other)).unwrap_err().class, OutcomeClass::ToolError);
+        let fine = CallToolResult::success(vec![ContentBlock::text("42 results")]);
+        assert!(judge(Ok(fine)).is_ok());
     }
 
     #[test]

@@ -256,8 +256,8 @@ impl ServerHandler for Proxy {
                 (capabilities, name, None)
             }
         };
-        // Long-running tasks and other extensions are not proxied: the
-        // upstream must answer each call inline, under the gate's deadline.
+        // Extensions are not proxied. An upstream's tasks are followed by
+        // the gate, so the agent gets each call's result inline.
         capabilities.extensions = None;
         let mut config = ServerConfig::new(capabilities).with_server_info(Implementation::new(
             format!("{name} (through fusebox)"),

@@ -12,19 +12,28 @@
 //! gave up, or the gateway is stopping. Progress notifications the upstream
 //! sends for a call are passed to the agent that asked for them, under the
 //! agent's own progress token.
+//!
+//! Sessions declare the MCP tasks extension (SEP-2663), so an upstream may
+//! answer a `tools/call` with a task handle ([`Called::Task`]); the gate
+//! then polls it with [`Upstream::poll_task`], and a task it stops
+//! following is cancelled upstream (`tasks/cancel`).
 
 use crate::config::{UpstreamAt, UpstreamConfig};
 use crate::import::Importer;
 use crate::GatewayError;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ProgressNotificationParam, ProgressToken, RequestId, RequestMetaObject,
-    ServerPeerInfo, ServerResult, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams,
+    CancelledNotificationParam, ClientConfig, ClientRequest, ErrorData, GetTaskParams, JsonObject,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId, RequestMetaObject,
+    ServerPeerInfo, ServerResult, Task, TaskPayload, Tool, TASKS_EXTENSION_ID,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt as _, NotificationContext, PeerRequestOptions,
+    RunningService,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, RoleClient, RoleServer, ServiceError, ServiceExt as _};
+use rmcp::{ClientHandler, Peer, RoleClient, RoleServer, ServiceError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -46,6 +55,14 @@ pub const TOOLS_MAX: usize = 512;
 /// Most calls at once whose progress is passed on, per upstream; past it a
 /// call still runs, without progress.
 const PROGRESS_ROUTES_MAX: usize = 4096;
+
+/// How soon a task is polled when its upstream suggests no interval, and
+/// the bounds on what it suggests.
+const TASK_POLL_DEFAULT: Duration = Duration::from_millis(500);
+const TASK_POLL_MIN: Duration = Duration::from_millis(50);
+const TASK_POLL_MAX: Duration = Duration::from_secs(5);
+/// How long sending `tasks/cancel` for an abandoned task may take.
+const TASK_CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Most tool schemas kept per upstream (past it they are forgotten and
 /// read again at the next listing).
@@ -87,6 +104,15 @@ struct UpstreamHandler {
 }
 
 impl ClientHandler for UpstreamHandler {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        info.capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+        info
+    }
+
     async fn on_progress(
         &self,
         mut params: ProgressNotificationParam,
@@ -131,6 +157,46 @@ pub struct Upstream {
     importer: Option<Importer>,
     /// Each listed tool's `inputSchema`, compiled.
     schemas: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+}
+
+/// What an upstream answered a `tools/call` with.
+#[derive(Debug)]
+pub enum Called {
+    /// The tool's result.
+    Result(CallToolResult),
+    /// A task still running: its id and when to poll it first.
+    Task(TaskHandle),
+}
+
+/// A task an upstream is running for a call (SEP-2663).
+#[derive(Clone, Debug)]
+pub struct TaskHandle {
+    /// The upstream's task id.
+    pub id: String,
+    /// How long to wait before the next poll.
+    pub poll_after: Duration,
+}
+
+/// What a poll of a task found.
+#[derive(Debug)]
+pub enum TaskState {
+    /// Still running; poll again after the given wait.
+    Running(Duration),
+    /// The task waits for input from the caller (which a gateway cannot give).
+    InputRequired,
+    /// Done: the tool's result.
+    Done(CallToolResult),
+    /// Ended by a JSON-RPC error.
+    Failed(ErrorData),
+    /// Cancelled upstream.
+    Cancelled,
+}
+
+/// The wait before polling a task, as its upstream suggests, within bounds.
+fn poll_after(task: &Task) -> Duration {
+    task.poll_interval_ms
+        .map_or(TASK_POLL_DEFAULT, Duration::from_millis)
+        .clamp(TASK_POLL_MIN, TASK_POLL_MAX)
 }
 
 /// Why a call's arguments do not fit its tool's `inputSchema`.
@@ -255,13 +321,19 @@ impl Upstream {
                         http_client()?,
                         StreamableHttpClientTransportConfig::with_uri(url.clone()),
                     );
-                    handler.serve(transport).await.map_err(|e| e.to_string())
+                    handler
+                        .serve_with_lifecycle(transport, lifecycle())
+                        .await
+                        .map_err(|e| e.to_string())
                 }
                 UpstreamAt::Command { program, args } => {
                     let mut command = tokio::process::Command::new(program);
                     command.args(args).kill_on_drop(true);
                     let child = TokioChildProcess::new(command).map_err(|e| e.to_string())?;
-                    handler.serve(child).await.map_err(|e| e.to_string())
+                    handler
+                        .serve_with_lifecycle(child, lifecycle())
+                        .await
+                        .map_err(|e| e.to_string())
                 }
             }
         };
@@ -413,7 +485,7 @@ impl Upstream {
         mut params: CallToolRequestParams,
         meta: Option<RequestMetaObject>,
         progress: Option<ProgressTarget>,
-    ) -> Result<CallToolResult, ServiceError> {
+    ) -> Result<Called, ServiceError> {
         let lease = self.lease().await?;
         params.meta = None;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -447,13 +519,62 @@ impl Upstream {
         in_flight.id = None;
         drop(in_flight);
         match answer {
-            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(ServerResult::CallToolResult(result)) => Ok(Called::Result(result)),
+            Ok(ServerResult::CreateTaskResult(created)) => Ok(Called::Task(TaskHandle {
+                poll_after: poll_after(&created.task),
+                id: created.task.task_id,
+            })),
             Ok(_) => Err(ServiceError::UnexpectedResponse),
             Err(e) => {
                 self.failed(&lease, &e).await;
                 Err(e)
             }
         }
+    }
+
+    /// Polls a task (`tasks/get`).
+    pub async fn poll_task(&self, id: &str) -> Result<TaskState, ServiceError> {
+        let params = GetTaskParams::new(id);
+        let got = self
+            .pass(|peer| async move { peer.get_task(params).await })
+            .await?;
+        Ok(match got.task.payload {
+            TaskPayload::Working => TaskState::Running(poll_after(&got.task.task)),
+            TaskPayload::InputRequired { .. } => TaskState::InputRequired,
+            TaskPayload::Completed { result } => {
+                let result = serde_json::from_value(serde_json::Value::Object(result))
+                    .map_err(|_| ServiceError::UnexpectedResponse)?;
+                TaskState::Done(result)
+            }
+            TaskPayload::Failed { error } => TaskState::Failed(
+                serde_json::from_value(serde_json::Value::Object(error)).unwrap_or_else(|_| {
+                    ErrorData::internal_error("the task failed with an unreadable error", None)
+                }),
+            ),
+            // A status this gateway does not know yet reads as cancelled:
+            // the task will not end well for this call.
+            _ => TaskState::Cancelled,
+        })
+    }
+
+    /// Asks the upstream to cancel a task, in the background (cancellation
+    /// is cooperative; the answer is not waited for).
+    pub fn cancel_task_soon(self: &Arc<Self>, id: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let upstream = self.clone();
+        runtime.spawn(async move {
+            let params = CancelTaskParams::new(id);
+            let sent = tokio::time::timeout(
+                TASK_CANCEL_TIMEOUT,
+                upstream.pass(|peer| async move { peer.cancel_task(params).await }),
+            )
+            .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::debug!(upstream = %upstream.name, "tasks/cancel not acknowledged");
+            }
+        });
     }
 
     async fn failed(&self, lease: &Lease, e: &ServiceError) {
@@ -472,6 +593,16 @@ impl Upstream {
         if let Some(session) = taken.and_then(|s| Arc::try_unwrap(s).ok()) {
             let _ = session.cancel().await;
         }
+    }
+}
+
+/// How a session starts: the newest protocol the upstream speaks (MCP
+/// tasks need 2026-07-28's per-request capabilities), else the
+/// `initialize` handshake of older servers.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::LATEST],
+        legacy_version: None,
     }
 }
 
