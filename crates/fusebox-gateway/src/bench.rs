@@ -9,10 +9,11 @@
 //! latency is the gateway path's percentile minus the direct path's.
 
 use rmcp::model::{CallToolRequestParams, JsonObject};
+use rmcp::service::ClientServiceExt as _;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceExt as _};
+use rmcp::RoleClient;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,16 +111,21 @@ impl Gathered {
 }
 
 /// One agent's session. Its HTTP client keeps connections, as agents' MCP
-/// clients do (the MCP Python SDK's httpx, for one), on both paths.
+/// clients do (the MCP Python SDK's httpx, for one), and it speaks the
+/// protocol the gateway speaks upstream, on both paths: the two differ by
+/// the gateway alone.
 async fn session(url: &str) -> Result<RunningService<RoleClient, ()>, String> {
     let transport = StreamableHttpClientTransport::with_client(
         crate::upstream::http_client()?,
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
     );
-    tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport))
-        .await
-        .map_err(|_| format!("{url}: no session within {CONNECT_TIMEOUT:?}"))?
-        .map_err(|e| format!("{url}: {e}"))
+    tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        ().serve_with_lifecycle(transport, crate::upstream::lifecycle()),
+    )
+    .await
+    .map_err(|_| format!("{url}: no session within {CONNECT_TIMEOUT:?}"))?
+    .map_err(|e| format!("{url}: {e}"))
 }
 
 /// One agent's calls until `until`; samples only after `measure_from`.

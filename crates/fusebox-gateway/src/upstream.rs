@@ -599,7 +599,7 @@ impl Upstream {
 /// How a session starts: the newest protocol the upstream speaks (MCP
 /// tasks need 2026-07-28's per-request capabilities), else the
 /// `initialize` handshake of older servers.
-fn lifecycle() -> ClientLifecycleMode {
+pub(crate) fn lifecycle() -> ClientLifecycleMode {
     ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::LATEST],
         legacy_version: None,
