@@ -1,6 +1,12 @@
 //! The two operations on every tool call's path: the cached admission
-//! decision and recording an outcome. Both run against a client fed by a
-//! real in-process node, so the view is the one the watch stream built.
+//! decision and recording an outcome, apart and together (a protected
+//! call). They run against a client fed by a real in-process node, so the
+//! view is the one the watch stream built.
+//!
+//! Beside them, in the same run, the same work done by `failsafe`, an
+//! in-process breaker crate: `is_call_permitted`, `on_success`, and both.
+//! It guards one process with no fleet view, no policy lookup and nothing
+//! reported, so it is the floor a gate could hope to reach.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -60,19 +66,43 @@ fn gate(c: &mut Criterion) {
     let tool = ToolRef::new("tax-vendor", "tax_lookup").unwrap();
     let decision = f.client.admit(&tool);
     assert!(decision.allows() && !decision.degraded);
-    c.bench_function("admit_cached_closed", |b| {
+    let elapsed = Duration::from_millis(12);
+    let mut group = c.benchmark_group("gate");
+    group.bench_function("fusebox/admit", |b| {
         b.iter(|| black_box(f.client.admit(black_box(&tool))))
     });
-    c.bench_function("record_outcome", |b| {
+    group.bench_function("fusebox/record_outcome", |b| {
         b.iter(|| {
-            f.client.report(
-                black_box(&tool),
-                &decision,
-                OutcomeClass::Success,
-                Duration::from_millis(12),
-            )
+            f.client
+                .report(black_box(&tool), &decision, OutcomeClass::Success, elapsed)
         })
     });
+    group.bench_function("fusebox/admit_and_record", |b| {
+        b.iter(|| {
+            let decision = f.client.admit(black_box(&tool));
+            f.client
+                .report(&tool, &decision, OutcomeClass::Success, elapsed);
+            black_box(decision.allows())
+        })
+    });
+    let breaker = failsafe::Config::new().build();
+    group.bench_function("failsafe/is_call_permitted", |b| {
+        b.iter(|| black_box(black_box(&breaker).is_call_permitted()))
+    });
+    group.bench_function("failsafe/on_success", |b| {
+        b.iter(|| black_box(&breaker).on_success())
+    });
+    group.bench_function("failsafe/permitted_and_on_success", |b| {
+        b.iter(|| {
+            let permitted = black_box(&breaker).is_call_permitted();
+            breaker.on_success();
+            black_box(permitted)
+        })
+    });
+    group.finish();
+    // The comparison is fair only if failsafe's breaker stayed closed and
+    // counting throughout, as Fusebox's did.
+    assert!(breaker.is_call_permitted(), "failsafe's breaker opened");
     let m = f.client.metrics();
     eprintln!(
         "outcomes recorded {} dropped (buffer full) {} sent {}",

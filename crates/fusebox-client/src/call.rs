@@ -3,20 +3,20 @@
 //! (`write.rs`).
 
 use crate::client::Client;
-use crate::convert::{class_to_proto, tool_key};
+use crate::convert::tool_key;
 use crate::decision::Decision;
 use crate::error::{ClientError, Layer};
 use crate::journey::{Deadline, Journey};
 use crate::local_breakers::{server_key, LocalPermit};
 use crate::metrics::bump;
 use crate::probe::{self, ClusterPermit, ProbeAnswer};
+use crate::reporter::Queued;
 use crate::retry;
 use crate::tool::{CallContext, CallOutput, Started, ToolFailure, ToolRef};
 use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
 use fusebox_core::disclosure::{assess, DegradationMode, ModeAdvice};
 use fusebox_core::policy::{OnPartition, ToolPolicy};
 use fusebox_core::OutcomeClass;
-use fusebox_proto::v1 as pb;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -191,7 +191,7 @@ impl Client {
                     (AttemptEnd::Done(ended), elapsed + following.elapsed())
                 }
             };
-            self.settle(tool, &policy, pass, end.class(), elapsed);
+            self.settle(tool, pass, end.class(), elapsed);
             let failure = match end {
                 AttemptEnd::Done(Ok(value)) => {
                     return Ok(CallOutput {
@@ -247,12 +247,11 @@ impl Client {
         class: OutcomeClass,
         elapsed: Duration,
     ) {
-        let policy = self.inner.view.tool_policy(tool);
         let pass = Pass {
             decision: decision.clone(),
             permit: None,
         };
-        self.settle(tool, &policy, pass, class, elapsed);
+        self.settle(tool, pass, class, elapsed);
     }
 
     /// The wait before the next attempt.
@@ -380,7 +379,7 @@ impl Client {
                 reserve_ms: ms(journey.reserve()),
             });
         }
-        let decision = self.admit_with(tool, policy);
+        let decision = self.admit_with(self.inner.view.resolved(tool));
         match decision.admission.clone() {
             Admission::Allow { would_reject } => {
                 if would_reject {
@@ -601,39 +600,43 @@ impl Client {
     pub(crate) fn settle(
         &self,
         tool: &ToolRef,
-        policy: &ToolPolicy,
         pass: Pass,
         class: OutcomeClass,
         elapsed: Duration,
     ) {
-        let now = self.wall_clock();
-        let ns = &self.inner.config.namespace;
-        let (sk, tk) = (server_key(ns, tool), tool_key(ns, tool, policy.scope));
-        let server_policy = self.inner.view.server_breaker_policy(tool);
+        // The resolution the call was admitted under (looked up again only
+        // for a decision made for another tool), and the instant it ended
+        // by the clock that admitted it.
+        let resolved = match pass.decision.resolution.of(tool) {
+            Some(r) => r.clone(),
+            None => self.inner.view.resolved(tool),
+        };
+        let now = pass.decision.decided_at.plus_ms(ms(elapsed));
+        let (server_policy, tool_policy) = (&resolved.server_breaker, &resolved.policy.breaker);
         match pass.permit {
             Some(Permit::Local(permit)) => {
                 let p = if permit.key.is_server() {
-                    &server_policy
+                    server_policy
                 } else {
-                    &policy.breaker
+                    tool_policy
                 };
                 self.inner.local.release(&permit, p, class, now);
                 return;
             }
             Some(Permit::Cluster(permit)) => self.release_later(permit, class, ms(elapsed)),
-            None => self.inner.buffer.record(pb::Outcome {
-                server: tool.server().to_owned(),
-                tool: tool.tool().to_owned(),
-                backend: tool.backend().map(str::to_owned),
-                class: class_to_proto(class) as i32,
+            None => self.inner.buffer.record(Queued {
+                tool: resolved.clone(),
+                class,
                 duration_ms: ms(elapsed),
-                generation_seen: Some(pass.decision.tool_generation),
-                server_generation_seen: Some(pass.decision.server_generation),
+                generations: (
+                    pass.decision.tool_generation,
+                    pass.decision.server_generation,
+                ),
             }),
         }
         self.inner.local.record(
-            (&sk, &tk),
-            (&server_policy, &policy.breaker),
+            self.local_pair(&resolved),
+            (server_policy, tool_policy),
             class,
             ms(elapsed),
             now,

@@ -1,17 +1,16 @@
 //! The client a replica embeds: connection, local view, reporter, metrics.
 
 use crate::config::{ClientConfig, CACHED_OPEN_SKEW_MS, CLOSE_GRACE_MS, VIEW_POLL_PERIOD_MS};
-use crate::convert::tool_key;
-use crate::decision::{Decision, Evidence};
+use crate::decision::{Decision, Evidence, Resolution};
 use crate::endpoints::Endpoints;
 use crate::env::ClientEnv;
 use crate::error::ClientError;
 use crate::journey::Journey;
-use crate::local_breakers::{server_key, LocalBreakers};
+use crate::local_breakers::{LocalBreakers, LocalPair};
 use crate::metrics::{bump, Metrics, MetricsSnapshot};
 use crate::reporter::{self, OutcomeBuffer};
 use crate::tool::ToolRef;
-use crate::view::{LocalView, ViewStatus};
+use crate::view::{LocalView, Resolved, ViewStatus};
 use crate::watch::WatchTask;
 use fusebox_core::breaker::{Admission, RejectScope};
 use fusebox_core::disclosure::LatencyDisclosure;
@@ -177,8 +176,7 @@ impl Client {
     /// no allocation on the fresh path. HALF_OPEN answers
     /// [`Admission::Probe`]; [`Client::call`] then asks for a permit.
     pub fn admit(&self, tool: &ToolRef) -> Decision {
-        let policy = self.inner.view.tool_policy(tool);
-        self.admit_with(tool, &policy)
+        self.admit_with(self.inner.view.resolved(tool))
     }
 
     /// Whether the cluster flagged `tool` as running well above its
@@ -221,10 +219,12 @@ impl Client {
         choose_route(&candidates).map(|i| &equivalents[i])
     }
 
-    pub(crate) fn admit_with(&self, tool: &ToolRef, policy: &ToolPolicy) -> Decision {
+    pub(crate) fn admit_with(&self, resolved: Arc<Resolved>) -> Decision {
+        let (tool, policy) = (&resolved.tool, &resolved.policy);
         let view = &self.inner.view;
         let now = self.wall_clock();
-        if view.is_fresh() {
+        let (fresh, view_age_ms) = view.freshness();
+        if fresh {
             let a = view.admit(tool, policy.scope, now);
             return Decision {
                 admission: a.admission,
@@ -233,9 +233,11 @@ impl Client {
                 on_partition: None,
                 tool_generation: a.tool_generation,
                 server_generation: a.server_generation,
-                view_age_ms: view.age_ms(),
+                view_age_ms,
                 forced: a.forced,
                 evidence: Evidence::Fresh,
+                decided_at: now,
+                resolution: Resolution(resolved),
             };
         }
         bump(&self.inner.metrics.degraded_decisions);
@@ -247,7 +249,7 @@ impl Client {
         let skewed = Timestamp::from_millis(now.as_millis().saturating_sub(CACHED_OPEN_SKEW_MS));
         let cached = view.admit(tool, policy.scope, skewed);
         let held = matches!(cached.admission, Admission::Reject { .. });
-        let evidence = match view.age_ms() {
+        let evidence = match view_age_ms {
             None => Evidence::Missing,
             Some(age_ms) if held || policy.on_partition == OnPartition::FailClosed => {
                 Evidence::Cached { age_ms }
@@ -268,12 +270,10 @@ impl Client {
                 if let Some(replicas) = view.fleet_replicas() {
                     self.inner.local.learn_fleet(replicas);
                 }
-                let ns = &self.inner.config.namespace;
                 let local = self.inner.local.admit(
-                    &server_key(ns, tool),
-                    &tool_key(ns, tool, policy.scope),
-                    &view.server_breaker_policy(tool),
-                    &policy.breaker,
+                    self.local_pair(&resolved),
+                    (&resolved.server_key, &resolved.tool_key),
+                    (&resolved.server_breaker, &policy.breaker),
                     now,
                 );
                 // A local refusal names no operator.
@@ -287,10 +287,21 @@ impl Client {
             on_partition: Some(policy.on_partition),
             tool_generation: cached.tool_generation,
             server_generation: cached.server_generation,
-            view_age_ms: view.age_ms(),
+            view_age_ms,
             forced,
             evidence,
+            decided_at: now,
+            resolution: Resolution(resolved),
         }
+    }
+
+    /// This replica's own breakers for a resolved tool, taken on first use.
+    pub(crate) fn local_pair<'r>(&self, resolved: &'r Resolved) -> &'r LocalPair {
+        resolved.local.get_or_init(|| {
+            self.inner
+                .local
+                .pair(&resolved.server_key, &resolved.tool_key)
+        })
     }
 
     /// Counts a journey once, at its first call.

@@ -30,9 +30,9 @@ pub(crate) const TOOL_POLICIES_CACHED_MAX: usize = 4_096;
 /// effect classes and observed latencies, so the view stays bounded
 /// whatever the cluster sends.
 pub(crate) const DISCLOSURES_MAX: usize = 4_096;
-/// Outcomes reserved up front for one report batch; a larger batch grows
-/// as it fills, so a large `report_batch_outcomes_max` costs nothing when
-/// batches are small.
+/// Outcomes reserved up front for the report queue; a larger queue grows
+/// as it fills (and keeps its room), so a large `report_buffer_outcomes_max`
+/// costs nothing while reports are few.
 pub(crate) const REPORT_BATCH_PREALLOCATE_OUTCOMES: usize = 64;
 /// How often [`Client::wait_fresh`](crate::Client::wait_fresh) looks at the
 /// view again, in milliseconds.

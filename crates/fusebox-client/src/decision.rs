@@ -1,8 +1,11 @@
 //! The admission decision for one call, as the gate made it.
 
 use crate::error::Forced;
+use crate::view::Resolved;
 use fusebox_core::breaker::{Admission, BreakerState};
 use fusebox_core::policy::OnPartition;
+use fusebox_core::Timestamp;
+use std::sync::Arc;
 
 /// What the gate decided about one call, and on what grounds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +31,38 @@ pub struct Decision {
     /// What the decision was made from: a fresh view of the fleet, the last
     /// one it had (with its age), this replica's own breakers, or nothing.
     pub evidence: Evidence,
+    /// This replica's wall clock when the decision was made. The call's
+    /// outcome is counted at this instant plus the call's duration.
+    pub decided_at: Timestamp,
+    /// The tool as the policy resolved it for this decision, so recording
+    /// the outcome looks nothing up again.
+    pub(crate) resolution: Resolution,
+}
+
+/// The resolved tool a decision was made under. It is how the decision was
+/// reached, not part of what was decided: every two compare equal.
+#[derive(Clone)]
+pub(crate) struct Resolution(pub(crate) Arc<Resolved>);
+
+impl Resolution {
+    /// The resolution, if it was made for `tool`.
+    pub(crate) fn of(&self, tool: &crate::ToolRef) -> Option<&Arc<Resolved>> {
+        (self.0.tool == *tool).then_some(&self.0)
+    }
+}
+
+impl PartialEq for Resolution {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Resolution {}
+
+impl std::fmt::Debug for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Resolution").field(&self.0.tool).finish()
+    }
 }
 
 /// What an admission decision was made from (the runbook's fresh, cached

@@ -21,9 +21,10 @@ use fusebox_core::breaker::{
 };
 use fusebox_core::policy::{BreakerPolicy, Trip};
 use fusebox_core::{Namespace, OutcomeClass, ReplicaId, Timestamp, Verdict};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// A local probe permit: the breaker it belongs to and its fencing values.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +32,19 @@ pub(crate) struct LocalPermit {
     pub(crate) key: BreakerKey,
     pub(crate) permit_id: u64,
     pub(crate) generation: u64,
+}
+
+/// One breaker of this replica's own, shared by every resolved tool that
+/// counts on it.
+type Slot = Arc<Mutex<Breaker>>;
+
+/// The two local breakers one tool's calls count on, its server's and its
+/// own, held by the tool's resolution so that counting an outcome looks
+/// nothing up. `None` where the bound on local breakers left no room.
+#[derive(Debug, Default)]
+pub(crate) struct LocalPair {
+    server: Option<Slot>,
+    tool: Option<Slot>,
 }
 
 /// The replica's own breakers.
@@ -42,7 +56,9 @@ pub(crate) struct LocalBreakers {
     configured_fleet: u32,
     /// The fleet size the cluster last reported (0: none yet).
     reported_fleet: AtomicU32,
-    breakers: Mutex<HashMap<BreakerKey, Breaker>>,
+    /// Every local breaker by key, at most [`LOCAL_BREAKERS_MAX`]. Lock
+    /// order: this map, then one breaker.
+    breakers: Mutex<HashMap<BreakerKey, Slot>>,
 }
 
 /// `policy` as one replica of `fleet` should apply it.
@@ -55,6 +71,10 @@ pub(crate) fn scaled(policy: &BreakerPolicy, fleet: u32) -> BreakerPolicy {
         w.minimum_calls = w.minimum_calls.div_ceil(fleet.max(1)).max(1);
     }
     local
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl LocalBreakers {
@@ -82,75 +102,82 @@ impl LocalBreakers {
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<BreakerKey, Breaker>) -> R) -> R {
-        let mut map = self.breakers.lock().unwrap_or_else(PoisonError::into_inner);
-        f(&mut map)
+    /// The breakers of the two keys, made while there is room.
+    pub(crate) fn pair(&self, server_key: &BreakerKey, tool_key: &BreakerKey) -> LocalPair {
+        let mut map = lock(&self.breakers);
+        let mut slot = |key: &BreakerKey| match map.get(key) {
+            Some(slot) => Some(slot.clone()),
+            None if map.len() >= LOCAL_BREAKERS_MAX => None,
+            None => {
+                let slot = Slot::default();
+                map.insert(key.clone(), slot.clone());
+                Some(slot)
+            }
+        };
+        LocalPair {
+            server: slot(server_key),
+            tool: slot(tool_key),
+        }
     }
 
     /// The admission rule over the local server and tool breakers.
     pub(crate) fn admit(
         &self,
-        server_key: &BreakerKey,
-        tool_key: &BreakerKey,
-        server_policy: &BreakerPolicy,
-        tool_policy: &BreakerPolicy,
+        pair: &LocalPair,
+        keys: (&BreakerKey, &BreakerKey),
+        policies: (&BreakerPolicy, &BreakerPolicy),
         now: Timestamp,
     ) -> Admission {
-        let (sp, tp) = (
-            scaled(server_policy, self.fleet()),
-            scaled(tool_policy, self.fleet()),
-        );
-        self.with(|map| {
-            let view = |map: &mut HashMap<BreakerKey, Breaker>, key: &BreakerKey, p| match map
-                .get_mut(key)
-            {
-                Some(b) => {
-                    b.advance(now);
-                    BreakerView::of(key, b, p)
-                }
-                None => BreakerView::closed(key.clone()),
-            };
-            let server = view(map, server_key, &sp);
-            let tool = view(map, tool_key, &tp);
-            admit(&server, &tool, now)
-        })
+        let fleet = self.fleet();
+        let view = |slot: &Option<Slot>, key: &BreakerKey, policy| match slot {
+            Some(slot) => {
+                let mut breaker = lock(slot);
+                breaker.advance(now);
+                BreakerView::of(key, &breaker, &scaled(policy, fleet))
+            }
+            None => BreakerView::closed(key.clone()),
+        };
+        let server = view(&pair.server, keys.0, policies.0);
+        let tool = view(&pair.tool, keys.1, policies.1);
+        admit(&server, &tool, now)
     }
 
     /// Counts one outcome on the tool's and the server's local breakers.
     pub(crate) fn record(
         &self,
-        keys: (&BreakerKey, &BreakerKey),
+        pair: &LocalPair,
         policies: (&BreakerPolicy, &BreakerPolicy),
         class: OutcomeClass,
         duration_ms: u64,
         now: Timestamp,
     ) {
-        let (server_key, tool_key) = keys;
-        let sp = scaled(policies.0, self.fleet());
-        let tp = scaled(policies.1, self.fleet());
+        let fleet = self.fleet();
+        let sp = scaled(policies.0, fleet);
+        let tp = scaled(policies.1, fleet);
         let tool_verdict = class.verdict(tp.rate_limited_is_failure);
         let server_verdict = class.server_verdict();
-        self.with(|map| {
-            for (key, policy, verdict) in [
-                (server_key, &sp, server_verdict),
-                (tool_key, &tp, tool_verdict),
-            ] {
-                if verdict == Verdict::Ignored {
-                    continue;
-                }
-                if !map.contains_key(key) && map.len() >= LOCAL_BREAKERS_MAX {
-                    continue;
-                }
-                let breaker = map.entry(key.clone()).or_default();
-                let obs = Observation {
-                    replica: self.replica.clone(),
-                    generation: breaker.generation(),
-                    verdict,
-                    duration_ms,
-                };
-                breaker.record(policy, now, &obs);
+        for (slot, policy, verdict) in [
+            (&pair.server, &sp, server_verdict),
+            (&pair.tool, &tp, tool_verdict),
+        ] {
+            let Some(slot) = slot else { continue };
+            if verdict == Verdict::Ignored {
+                continue;
             }
-        });
+            let mut breaker = lock(slot);
+            let obs = Observation {
+                replica: Cow::Borrowed(&self.replica),
+                generation: breaker.generation(),
+                verdict,
+                duration_ms,
+            };
+            breaker.record(policy, now, &obs);
+        }
+    }
+
+    /// The breaker of `key`, if it was ever made.
+    fn slot(&self, key: &BreakerKey) -> Option<Slot> {
+        lock(&self.breakers).get(key).cloned()
     }
 
     /// Asks the local breaker of `key` for a probe permit.
@@ -161,21 +188,20 @@ impl LocalBreakers {
         now: Timestamp,
     ) -> Option<LocalPermit> {
         let p = scaled(policy, self.fleet());
-        self.with(|map| {
-            let breaker = map.get_mut(key)?;
-            match breaker.acquire_probe(&p, now, &self.replica) {
-                ProbeAnswer::Granted {
-                    permit_id,
-                    generation,
-                    ..
-                } => Some(LocalPermit {
-                    key: key.clone(),
-                    permit_id,
-                    generation,
-                }),
-                ProbeAnswer::Denied { .. } | ProbeAnswer::NotNeeded { .. } => None,
-            }
-        })
+        let slot = self.slot(key)?;
+        let answer = lock(&slot).acquire_probe(&p, now, &self.replica);
+        match answer {
+            ProbeAnswer::Granted {
+                permit_id,
+                generation,
+                ..
+            } => Some(LocalPermit {
+                key: key.clone(),
+                permit_id,
+                generation,
+            }),
+            ProbeAnswer::Denied { .. } | ProbeAnswer::NotNeeded { .. } => None,
+        }
     }
 
     /// Returns a local permit with the probe's outcome.
@@ -188,11 +214,9 @@ impl LocalBreakers {
     ) {
         let p = scaled(policy, self.fleet());
         let verdict = class.verdict(p.rate_limited_is_failure);
-        self.with(|map| {
-            if let Some(b) = map.get_mut(&permit.key) {
-                b.release_probe(&p, now, permit.permit_id, permit.generation, verdict);
-            }
-        });
+        if let Some(slot) = self.slot(&permit.key) {
+            lock(&slot).release_probe(&p, now, permit.permit_id, permit.generation, verdict);
+        }
     }
 }
 
@@ -244,14 +268,15 @@ mod tests {
             ..BreakerPolicy::default()
         };
         let now = Timestamp(1_000);
+        let pair = local.pair(&sk, &tk);
         let fail = |n: usize| {
             for _ in 0..n {
-                local.record((&sk, &tk), (&p, &p), OutcomeClass::ToolError, 5, now);
+                local.record(&pair, (&p, &p), OutcomeClass::ToolError, 5, now);
             }
         };
         fail(5);
         assert!(matches!(
-            local.admit(&sk, &tk, &p, &p, now),
+            local.admit(&pair, (&sk, &tk), (&p, &p), now),
             Admission::Allow { .. }
         ));
         // The cluster says ten replicas report: this one sees a tenth of
@@ -259,7 +284,7 @@ mod tests {
         local.learn_fleet(10);
         fail(1);
         assert!(matches!(
-            local.admit(&sk, &tk, &p, &p, now),
+            local.admit(&pair, (&sk, &tk), (&p, &p), now),
             Admission::Reject { .. }
         ));
     }
@@ -272,20 +297,21 @@ mod tests {
         let tk = BreakerKey::tool(ns, tool.server.clone(), tool.tool.clone());
         let p = BreakerPolicy::default();
         let now = Timestamp(1_000);
+        let pair = local.pair(&sk, &tk);
         for _ in 0..4 {
             assert!(matches!(
-                local.admit(&sk, &tk, &p, &p, now),
+                local.admit(&pair, (&sk, &tk), (&p, &p), now),
                 Admission::Allow { .. }
             ));
-            local.record((&sk, &tk), (&p, &p), OutcomeClass::ToolError, 5, now);
+            local.record(&pair, (&p, &p), OutcomeClass::ToolError, 5, now);
         }
         assert!(matches!(
-            local.admit(&sk, &tk, &p, &p, now),
+            local.admit(&pair, (&sk, &tk), (&p, &p), now),
             Admission::Reject { .. }
         ));
         let later = now.plus_ms(p.open.open_ms);
         assert!(matches!(
-            local.admit(&sk, &tk, &p, &p, later),
+            local.admit(&pair, (&sk, &tk), (&p, &p), later),
             Admission::Probe { .. }
         ));
         assert!(local.acquire(&tk, &p, later).is_some());

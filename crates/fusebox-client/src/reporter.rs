@@ -1,8 +1,10 @@
 //! Outcome reports: a bounded buffer on the call path, a flusher behind it.
 //!
-//! Recording never waits: an outcome goes into a bounded channel with
-//! `try_send`, and when the channel is full it is dropped and counted
-//! (`outcomes_dropped`). The flusher sends a batch every
+//! Recording never waits and never allocates once the queue has grown to
+//! its working size: an outcome is a few numbers and a shared handle on its
+//! resolved tool, pushed onto a bounded queue under a short lock; when the
+//! queue is full it is dropped and counted (`outcomes_dropped`). The
+//! flusher turns queued outcomes into wire messages off the call path. The flusher sends a batch every
 //! `report_flush_interval_ms`, or as soon as a batch's worth is waiting.
 //! Each batch carries a growing `batch_seq`, so the cluster can drop a batch
 //! resent after a lost answer; a batch no node accepts within the RPC
@@ -10,20 +12,65 @@
 //! because evidence that arrives late is evidence about the past.
 
 use crate::config::{ClientConfig, REPORT_BATCH_PREALLOCATE_OUTCOMES};
+use crate::convert::class_to_proto;
 use crate::endpoints::Endpoints;
 use crate::metrics::{bump, Metrics};
+use crate::view::Resolved;
+use fusebox_core::OutcomeClass;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::breakers_client::BreakersClient;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// One outcome waiting to be sent.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    /// The tool, as resolved when the outcome was recorded.
+    pub(crate) tool: Arc<Resolved>,
+    pub(crate) class: OutcomeClass,
+    pub(crate) duration_ms: u64,
+    /// Generations of the tool's and the server's breakers the call ran
+    /// under.
+    pub(crate) generations: (u64, u64),
+}
+
+impl Queued {
+    fn to_proto(&self) -> pb::Outcome {
+        let tool = &self.tool.tool;
+        pb::Outcome {
+            server: tool.server().to_owned(),
+            tool: tool.tool().to_owned(),
+            backend: tool.backend().map(str::to_owned),
+            class: class_to_proto(self.class) as i32,
+            duration_ms: self.duration_ms,
+            generation_seen: Some(self.generations.0),
+            server_generation_seen: Some(self.generations.1),
+        }
+    }
+}
+
+/// The queue both sides share.
+#[derive(Debug)]
+struct Queue {
+    outcomes: Mutex<VecDeque<Queued>>,
+    /// Most outcomes held at once.
+    max: usize,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Queued>> {
+        self.outcomes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// The call path's side: record and move on.
 #[derive(Debug)]
 pub(crate) struct OutcomeBuffer {
-    tx: mpsc::Sender<pb::Outcome>,
+    queue: Arc<Queue>,
     full_batch: usize,
     wake: Arc<Notify>,
     metrics: Arc<Metrics>,
@@ -31,7 +78,7 @@ pub(crate) struct OutcomeBuffer {
 
 /// The flusher's side.
 pub(crate) struct Flusher {
-    rx: mpsc::Receiver<pb::Outcome>,
+    queue: Arc<Queue>,
     wake: Arc<Notify>,
     config: ClientConfig,
     endpoints: Arc<Endpoints>,
@@ -48,16 +95,23 @@ pub(crate) fn channel(
     stop: CancellationToken,
     first_seq: u64,
 ) -> (OutcomeBuffer, Flusher) {
-    let (tx, rx) = mpsc::channel(config.report_buffer_outcomes_max);
+    let max = config.report_buffer_outcomes_max;
+    // The queue grows to its working size once and keeps that room.
+    let queue = Arc::new(Queue {
+        outcomes: Mutex::new(VecDeque::with_capacity(
+            max.min(REPORT_BATCH_PREALLOCATE_OUTCOMES),
+        )),
+        max,
+    });
     let wake = Arc::new(Notify::new());
     let buffer = OutcomeBuffer {
-        tx,
+        queue: queue.clone(),
         full_batch: config.report_batch_outcomes_max,
         wake: wake.clone(),
         metrics: metrics.clone(),
     };
     let flusher = Flusher {
-        rx,
+        queue,
         wake,
         config: config.clone(),
         endpoints,
@@ -70,16 +124,24 @@ pub(crate) fn channel(
 
 impl OutcomeBuffer {
     /// Queues one outcome; drops and counts it when the buffer is full.
-    pub(crate) fn record(&self, outcome: pb::Outcome) {
-        match self.tx.try_send(outcome) {
-            Ok(()) => {
+    pub(crate) fn record(&self, outcome: Queued) {
+        let queued = {
+            let mut queue = self.queue.lock();
+            if queue.len() >= self.queue.max {
+                None
+            } else {
+                queue.push_back(outcome);
+                Some(queue.len())
+            }
+        };
+        match queued {
+            Some(queued) => {
                 bump(&self.metrics.outcomes_recorded);
-                let queued = self.tx.max_capacity() - self.tx.capacity();
-                if queued >= self.full_batch {
+                if queued == self.full_batch {
                     self.wake.notify_one();
                 }
             }
-            Err(_) => bump(&self.metrics.outcomes_dropped),
+            None => bump(&self.metrics.outcomes_dropped),
         }
     }
 
@@ -110,13 +172,13 @@ impl Flusher {
     /// be waiting.
     async fn send_one_batch(&mut self) -> bool {
         let max = self.config.report_batch_outcomes_max;
-        let mut outcomes = Vec::with_capacity(max.min(REPORT_BATCH_PREALLOCATE_OUTCOMES));
-        while outcomes.len() < max {
-            match self.rx.try_recv() {
-                Ok(o) => outcomes.push(o),
-                Err(_) => break,
-            }
-        }
+        let taken: Vec<Queued> = {
+            let mut queue = self.queue.lock();
+            let n = queue.len().min(max);
+            queue.drain(..n).collect()
+        };
+        let outcomes: Vec<pb::Outcome> = taken.iter().map(Queued::to_proto).collect();
+        drop(taken);
         if outcomes.is_empty() {
             return false;
         }

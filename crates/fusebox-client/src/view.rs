@@ -1,9 +1,15 @@
 //! The replica's local copy of its namespace, fed by the watch stream.
 //!
 //! It holds every breaker the cluster tracks (an absent one is CLOSED at
-//! generation 0), the policy in force with a cache of resolved tool
-//! policies, the write kill switch and latency disclosures. Admission reads
-//! it under a read lock with string lookups only: no allocation, no network.
+//! generation 0), the policy in force with a cache of resolved tools, the
+//! write kill switch and latency disclosures. Admission reads it under a
+//! read lock with string lookups only: no allocation, no network.
+//!
+//! A resolved tool ([`Resolved`]) is everything the call path derives from
+//! the policy for one [`ToolRef`]: its policy, its server's breaker policy,
+//! the keys of both breakers and a handle on this replica's own breakers
+//! for them. It is built once per policy version, so admitting a call and
+//! recording its outcome copy no name.
 //!
 //! Freshness is tracked apart from the data, in atomics: the instant of the
 //! last event (heartbeats included) and whether the stream is up. A view is
@@ -12,9 +18,10 @@
 //! never received a snapshot is never fresh.
 
 use crate::config::{DISCLOSURES_MAX, TOOL_POLICIES_CACHED_MAX};
-use crate::convert::{self, view_from_proto};
+use crate::convert::{self, tool_key, view_from_proto};
 use crate::error::ClientError;
 use crate::error::Forced;
+use crate::local_breakers::{server_key, LocalPair};
 use crate::tool::ToolRef;
 use fusebox_core::breaker::BreakerKey;
 use fusebox_core::breaker::{admit, Admission, BreakerState, BreakerView};
@@ -24,9 +31,10 @@ use fusebox_core::policy::{BreakerPolicy, EffectClass, PolicyDocument, Scope, To
 use fusebox_core::{Namespace, ServerName, Timestamp};
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::watch_event::Event;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use tokio::time::Instant;
 
 /// How fresh the local view is, for the agent and its dashboards.
@@ -66,13 +74,32 @@ pub(crate) struct KillSwitch {
 #[derive(Debug, Default)]
 struct ToolEntry {
     view: Option<BreakerView>,
-    backends: HashMap<String, BreakerView>,
+    backends: FxHashMap<String, BreakerView>,
 }
 
 #[derive(Debug, Default)]
 struct ServerEntry {
     view: Option<BreakerView>,
-    tools: HashMap<String, ToolEntry>,
+    tools: FxHashMap<String, ToolEntry>,
+}
+
+/// One tool as the policy in force resolves it: what the call path needs,
+/// derived once per policy version (see the module essay).
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    /// The tool it was resolved for.
+    pub(crate) tool: ToolRef,
+    /// The tool's effective policy.
+    pub(crate) policy: Arc<ToolPolicy>,
+    /// Its server's breaker policy.
+    pub(crate) server_breaker: BreakerPolicy,
+    /// The key of its server's breaker.
+    pub(crate) server_key: BreakerKey,
+    /// The key of its own breaker, under the policy's scope.
+    pub(crate) tool_key: BreakerKey,
+    /// This replica's own breakers for the two keys, taken on first use
+    /// (the view does not own them: the client does).
+    pub(crate) local: OnceLock<LocalPair>,
 }
 
 /// What one admission read out of the view.
@@ -90,7 +117,7 @@ pub(crate) struct Admitted {
 struct Policies {
     version: Option<u64>,
     document: Arc<PolicyDocument>,
-    tools: HashMap<(String, String), Arc<ToolPolicy>>,
+    tools: FxHashMap<ToolRef, Arc<Resolved>>,
     /// Bumped whenever a tool's hinted effect changes, so a policy resolved
     /// with the old hint is not cached.
     hints_epoch: u64,
@@ -107,7 +134,7 @@ struct PendingSnapshot {
 #[derive(Debug, Default)]
 struct Data {
     revision: Option<u64>,
-    servers: HashMap<String, ServerEntry>,
+    servers: FxHashMap<String, ServerEntry>,
     breakers: usize,
     kill_switch: KillSwitch,
     disclosures: HashMap<(String, String), LatencyDisclosure>,
@@ -171,7 +198,7 @@ impl LocalView {
             policies: RwLock::new(Policies {
                 version: None,
                 document: Arc::new(PolicyDocument::default()),
-                tools: HashMap::new(),
+                tools: FxHashMap::default(),
                 hints_epoch: 0,
             }),
             imported: RwLock::new(HashMap::new()),
@@ -198,19 +225,23 @@ impl LocalView {
 
     /// Whether decisions may use the view (see the module essay).
     pub(crate) fn is_fresh(&self) -> bool {
-        let Some(age) = self.age_ms() else {
-            return false;
-        };
-        if age >= self.stale_after_ms {
-            return false;
+        self.freshness().0
+    }
+
+    /// Whether decisions may use the view, and its age (`None` before the
+    /// first event), from one reading of the clock.
+    pub(crate) fn freshness(&self) -> (bool, Option<u64>) {
+        let now = self.since_epoch_ms();
+        let last = self.last_event_ms.load(Ordering::Acquire);
+        if last == NEVER {
+            return (false, None);
         }
-        if self.connected.load(Ordering::Acquire) {
-            return true;
-        }
-        let down_for = self
-            .since_epoch_ms()
-            .saturating_sub(self.disconnected_at_ms.load(Ordering::Acquire));
-        down_for < self.disconnect_grace_ms
+        let age = now.saturating_sub(last);
+        let fresh = age < self.stale_after_ms
+            && (self.connected.load(Ordering::Acquire)
+                || now.saturating_sub(self.disconnected_at_ms.load(Ordering::Acquire))
+                    < self.disconnect_grace_ms);
+        (fresh, Some(age))
     }
 
     /// The stream is up (`true`) or went down (`false`).
@@ -302,11 +333,16 @@ impl LocalView {
     /// where the policy declares no effect, the one the tool's MCP hints
     /// imply (if it was imported).
     pub(crate) fn tool_policy(&self, tool: &ToolRef) -> Arc<ToolPolicy> {
-        let key = (tool.server().to_owned(), tool.tool().to_owned());
+        self.resolved(tool).policy.clone()
+    }
+
+    /// `tool` as the policy in force resolves it, from the cache when the
+    /// policy and the tools' hints have not changed since.
+    pub(crate) fn resolved(&self, tool: &ToolRef) -> Arc<Resolved> {
         let (version, epoch, document) = {
             let policies = read(&self.policies);
-            if let Some(p) = policies.tools.get(&key) {
-                return p.clone();
+            if let Some(r) = policies.tools.get(tool) {
+                return r.clone();
             }
             (
                 policies.version,
@@ -314,12 +350,21 @@ impl LocalView {
                 policies.document.clone(),
             )
         };
+        let key = (tool.server().to_owned(), tool.tool().to_owned());
         let hinted = read(&self.data).hinted.get(&key).copied();
-        let resolved = Arc::new(document.tool_policy_hinted(&tool.server, &tool.tool, hinted));
+        let policy = document.tool_policy_hinted(&tool.server, &tool.tool, hinted);
+        let resolved = Arc::new(Resolved {
+            tool: tool.clone(),
+            server_breaker: document.server_breaker(&tool.server),
+            server_key: server_key(&self.namespace, tool),
+            tool_key: tool_key(&self.namespace, tool, policy.scope),
+            policy: Arc::new(policy),
+            local: OnceLock::new(),
+        });
         let mut policies = write(&self.policies);
         let current = policies.version == version && policies.hints_epoch == epoch;
         if current && policies.tools.len() < TOOL_POLICIES_CACHED_MAX {
-            policies.tools.insert(key, resolved.clone());
+            policies.tools.insert(tool.clone(), resolved.clone());
         }
         resolved
     }
@@ -344,7 +389,7 @@ impl LocalView {
 
     /// The effective policy of a server's own breaker.
     pub(crate) fn server_breaker_policy(&self, tool: &ToolRef) -> BreakerPolicy {
-        read(&self.policies).document.server_breaker(&tool.server)
+        self.resolved(tool).server_breaker.clone()
     }
 
     /// The disclosure for a tool: the cluster's if it has one, else one the

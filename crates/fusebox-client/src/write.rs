@@ -219,12 +219,12 @@ impl Client {
                     clamped,
                 }) => (attempt_id, clamped),
                 Ok(Claim::Replay(output)) => {
-                    self.drop_pass(tool, &policy, pass);
+                    self.drop_pass(tool, pass);
                     bump(&self.inner.metrics.writes_replayed);
                     return Ok(output);
                 }
                 Err(e) => {
-                    self.drop_pass(tool, &policy, pass);
+                    self.drop_pass(tool, pass);
                     return Err(e);
                 }
             };
@@ -258,7 +258,7 @@ impl Client {
             };
             let class = end.class();
             let settled = self.settled(journey, tool, end, elapsed);
-            self.settle(tool, &policy, pass, class, elapsed);
+            self.settle(tool, pass, class, elapsed);
             let recorded = self.complete(journey, request, &attempt_id, &settled).await;
             match settled {
                 Settled::Succeeded(s) => {
@@ -302,9 +302,9 @@ impl Client {
     }
 
     /// Returns an unused probe permit (the tool was not called).
-    fn drop_pass(&self, tool: &ToolRef, policy: &ToolPolicy, pass: Pass) {
+    fn drop_pass(&self, tool: &ToolRef, pass: Pass) {
         if pass.permit.is_some() {
-            self.settle(tool, policy, pass, OutcomeClass::Cancelled, Duration::ZERO);
+            self.settle(tool, pass, OutcomeClass::Cancelled, Duration::ZERO);
         }
     }
 

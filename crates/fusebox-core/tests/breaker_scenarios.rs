@@ -10,14 +10,15 @@ use fusebox_core::breaker::{
 use fusebox_core::machine::{Answer, Command, OperatorAction, OutcomeReport, StateMachine};
 use fusebox_core::policy::{BreakerPolicy, OpenBackoff, Trip, WindowPolicy};
 use fusebox_core::{OutcomeClass, ReplicaId, ServerName, Timestamp, ToolName, Verdict};
+use std::borrow::Cow;
 
 fn replica(n: u32) -> ReplicaId {
     ReplicaId::new(format!("replica-{n}")).unwrap()
 }
 
-fn obs(b: &Breaker, n: u32, verdict: Verdict, duration_ms: u64) -> Observation {
+fn obs(b: &Breaker, n: u32, verdict: Verdict, duration_ms: u64) -> Observation<'static> {
     Observation {
-        replica: replica(n),
+        replica: Cow::Owned(replica(n)),
         generation: b.generation(),
         verdict,
         duration_ms,
@@ -167,7 +168,7 @@ fn stale_generations_and_ignored_outcomes_do_not_count() {
     let p = BreakerPolicy::default();
     let mut b = Breaker::new();
     let stale = Observation {
-        replica: replica(1),
+        replica: Cow::Owned(replica(1)),
         generation: 7,
         verdict: Verdict::Failure,
         duration_ms: 1,

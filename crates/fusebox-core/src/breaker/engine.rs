@@ -9,13 +9,15 @@ use crate::outcome::Verdict;
 use crate::policy::{BreakerPolicy, Trip};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 /// One outcome as a breaker sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observation {
-    /// The replica that made the call.
-    pub replica: ReplicaId,
+pub struct Observation<'a> {
+    /// The replica that made the call (borrowed where the caller holds it,
+    /// so counting an outcome copies no name).
+    pub replica: Cow<'a, ReplicaId>,
     /// The generation the replica saw when it called; fences stale reports.
     pub generation: u64,
     /// Success, failure or ignored, already classified.
@@ -260,7 +262,7 @@ impl Breaker {
         &mut self,
         policy: &BreakerPolicy,
         now: Timestamp,
-        obs: &Observation,
+        obs: &Observation<'_>,
     ) -> Recorded {
         self.advance(now);
         if obs.generation != self.generation {
@@ -290,7 +292,7 @@ impl Breaker {
         }
     }
 
-    fn count(&mut self, policy: &BreakerPolicy, now: Timestamp, obs: &Observation) {
+    fn count(&mut self, policy: &BreakerPolicy, now: Timestamp, obs: &Observation<'_>) {
         let failed = obs.verdict == Verdict::Failure;
         let slow = match &policy.trip {
             Trip::SlidingWindow(w) => w.slow_call_ms.is_some_and(|ms| obs.duration_ms >= ms),

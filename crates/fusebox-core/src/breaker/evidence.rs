@@ -104,9 +104,12 @@ pub struct Reporters {
 impl Reporters {
     /// Notes a failure seen by `replica` at `now`; evicts the stalest when full.
     pub fn note(&mut self, replica: &ReplicaId, now: Timestamp) {
-        if !self.last_failure.contains_key(replica)
-            && self.last_failure.len() >= REPORTERS_TRACKED_MAX
-        {
+        // A replica already remembered is updated in place (no name copied).
+        if let Some(at) = self.last_failure.get_mut(replica) {
+            *at = now;
+            return;
+        }
+        if self.last_failure.len() >= REPORTERS_TRACKED_MAX {
             let stalest = self
                 .last_failure
                 .iter()
@@ -136,7 +139,9 @@ impl Reporters {
 
     /// Forgets everything.
     pub fn clear(&mut self) {
-        self.last_failure.clear();
+        if !self.last_failure.is_empty() {
+            self.last_failure.clear();
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
 use crate::policy::ToolPolicy;
 use crate::time::Timestamp;
 use crate::tools::ToolId;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl<L: LedgerStore> StateMachine<L> {
@@ -64,7 +65,7 @@ impl<L: LedgerStore> StateMachine<L> {
             let server_key = BreakerKey::server(ns.clone(), o.server.clone());
             let server_policy = document.server_breaker(&o.server);
             let server_obs = Observation {
-                replica: replica.clone(),
+                replica: Cow::Borrowed(replica),
                 generation: o.server_generation,
                 verdict: o.class.server_verdict(),
                 duration_ms: o.duration_ms,
@@ -77,7 +78,7 @@ impl<L: LedgerStore> StateMachine<L> {
                 tool_policy.scope,
             );
             let tool_obs = Observation {
-                replica: replica.clone(),
+                replica: Cow::Borrowed(replica),
                 generation: o.tool_generation,
                 verdict: o.class.verdict(tool_policy.breaker.rate_limited_is_failure),
                 duration_ms: o.duration_ms,
