@@ -303,6 +303,80 @@ async fn policy_versions_forced_breakers_and_shadow_mode_from_the_cli() {
 
     println!("phase: a short ledger bench runs and reports what it measured");
     a_short_bench_reports_its_figures(&op).await;
+
+    println!("phase: short outcome, propagation and gate benches report theirs");
+    short_outcome_propagation_and_gate_benches(&op).await;
+}
+
+/// p50 ≤ p99 ≤ max, all positive, in a bench's JSON figures.
+fn ordered(figures: &serde_json::Value, report: &serde_json::Value) {
+    let at = |p: &str| {
+        figures[p]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{p}: {report}"))
+    };
+    let (p50, p99, max) = (at("p50"), at("p99"), at("max"));
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{report}");
+}
+
+/// `fusebox bench outcomes`, `propagation` (both changes) and `gate`, each
+/// for a moment: what they count adds up and nothing failed. (No speed is
+/// asserted: this machine is shared.)
+async fn short_outcome_propagation_and_gate_benches(op: &Operator) {
+    let ns = ["--namespace", "bench-test"];
+    let short = ["--seconds", "1", "--warmup-seconds", "0"];
+    let mut args = vec![
+        "bench",
+        "outcomes",
+        "--clients",
+        "2",
+        "--batch",
+        "10",
+        "--tools",
+        "3",
+    ];
+    args.extend(short.iter().chain(ns.iter()).copied());
+    let report = op.json(&args).await;
+    let (outcomes, batches) = (report["outcomes"].as_u64(), report["batches"].as_u64());
+    assert!(outcomes.is_some_and(|n| n > 0), "{report}");
+    assert_eq!(outcomes, batches.map(|b| b * 10), "{report}");
+    assert_eq!(report["failures"], serde_json::json!({}), "{report}");
+    ordered(&report["batch_latency_ms"], &report);
+
+    for change in ["force-open", "trip"] {
+        let mut args = vec!["bench", "propagation", "--watchers", "6", "--rounds", "3"];
+        args.extend(["--change", change, "--streams-per-connection", "4"]);
+        args.extend(ns);
+        let report = op.json(&args).await;
+        assert_eq!(report["rounds"], 3, "{report}");
+        assert_eq!(report["failed_rounds"], 0, "{report}");
+        assert_eq!(report["missed_deliveries"], 0, "{report}");
+        ordered(&report["request_ms"], &report);
+        ordered(&report["delivery_ms"], &report);
+        ordered(&report["last_watcher_ms"], &report);
+        let (each, last) = (
+            &report["delivery_ms"]["max"],
+            &report["last_watcher_ms"]["max"],
+        );
+        assert_eq!(
+            each, last,
+            "the slowest delivery is a round's last: {report}"
+        );
+    }
+
+    let mut args = vec!["bench", "gate", "--tool", "bench-gate/lookup"];
+    args.extend(short.iter().chain(ns.iter()).copied());
+    let report = op.json(&args).await;
+    let calls = report["calls"].as_u64().expect("calls");
+    assert!(calls > 0, "{report}");
+    ordered(&report["ns_per_call"], &report);
+    let recorded = report["outcomes"]["recorded"].as_u64().expect("recorded");
+    assert!(recorded >= calls, "every measured call recorded: {report}");
+
+    let refused = op.fails(&["bench", "outcomes", "--batch", "0"], 2).await;
+    assert!(refused.contains("--batch must be 1 to"), "{refused}");
+    let refused = op.fails(&["bench", "gate", "--tool", "no-slash"], 2).await;
+    assert!(refused.contains("SERVER/TOOL"), "{refused}");
 }
 
 /// `fusebox bench ledger` for one second: every pair it counts succeeded,

@@ -30,19 +30,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Most workers one run may start.
-const CLIENTS_MAX: usize = 4_096;
+pub(crate) const CLIENTS_MAX: usize = 4_096;
 /// Most connections one run may open.
 const CONNECTIONS_MAX: usize = 64;
 /// Longest run.
-const SECONDS_MAX: u64 = 3_600;
+pub(crate) const SECONDS_MAX: u64 = 3_600;
 /// Latency samples kept per worker; later pairs are counted, not sampled.
-const SAMPLES_PER_WORKER_MAX: usize = 1 << 20;
+pub(crate) const SAMPLES_PER_WORKER_MAX: usize = 1 << 20;
 /// Largest metrics page read.
 const METRICS_PAGE_BYTES_MAX: usize = 4 << 20;
 /// How long one metrics scrape may take.
 const METRICS_TIMEOUT: Duration = Duration::from_secs(3);
 /// The pause after a failed pair, so a refusing cluster is not spun on.
-const FAILURE_PAUSE: Duration = Duration::from_millis(20);
+pub(crate) const FAILURE_PAUSE: Duration = Duration::from_millis(20);
 
 /// `fusebox bench ...`
 #[derive(Args, Debug)]
@@ -63,6 +63,12 @@ enum BenchCommand {
     /// The latency `fusebox gateway` adds to an MCP tool call: the same
     /// tool called directly and through the gateway, in turns.
     Gateway(GatewayBenchArgs),
+    /// Outcome reports from many replicas at once, in batches.
+    Outcomes(crate::bench_outcomes::OutcomesBench),
+    /// How long a breaker change takes to reach every watch stream.
+    Propagation(crate::bench_propagation::PropagationBench),
+    /// What the agent SDK's gate costs a call (admit + record), in process.
+    Gate(crate::bench_gate::GateBench),
     /// The same workload against etcd: put-if-absent, then put, per key.
     EtcdLedger {
         /// etcd's client endpoints (`HOST:PORT,...`); connections spread
@@ -230,6 +236,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             measure(args.client.json, "fusebox", &bench, pairs).await
         }
         BenchCommand::Soak(soak) => crate::bench_soak::run(&args.client, soak).await,
+        BenchCommand::Outcomes(bench) => crate::bench_outcomes::run(&args.client, bench).await,
+        BenchCommand::Propagation(bench) => {
+            crate::bench_propagation::run(&args.client, bench).await
+        }
+        BenchCommand::Gate(bench) => crate::bench_gate::run(&args.client, bench).await,
         BenchCommand::Gateway(gateway) => bench_gateway(args.client.json, gateway).await,
         BenchCommand::EtcdLedger { etcd, bench } => {
             check(&bench)?;
@@ -286,7 +297,7 @@ async fn measure<P: Pair>(
         let (pair, run, done) = (pairs(w), run.clone(), done.clone());
         workers.spawn(async move { worker(pair, &run, w, measured_from, until, &done).await });
     }
-    let progress = (!json).then(|| tokio::spawn(progress(done.clone(), started, until)));
+    let progress = (!json).then(|| tokio::spawn(progress("keys", done.clone(), started, until)));
     tokio::time::sleep_until(measured_from).await;
     let before = scrape_all(&bench.metrics).await?;
     let mut tally = WorkerTally::default();
@@ -420,8 +431,13 @@ async fn pair(session: &Session, ns: &str, key: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A progress line on stderr, once a second.
-async fn progress(done: Arc<std::sync::atomic::AtomicU64>, started: Instant, until: Instant) {
+/// A progress line on stderr, once a second, counting `unit`.
+pub(crate) async fn progress(
+    unit: &'static str,
+    done: Arc<std::sync::atomic::AtomicU64>,
+    started: Instant,
+    until: Instant,
+) {
     let total = (until - started).as_secs();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last = 0;
@@ -431,7 +447,7 @@ async fn progress(done: Arc<std::sync::atomic::AtomicU64>, started: Instant, unt
         let elapsed = started.elapsed().as_secs().min(total);
         let filled = usize::try_from(elapsed * 30 / total.max(1)).unwrap_or(30);
         eprint!(
-            "\r[{}{}] {elapsed}/{total} s, {now} keys, {} keys/s   ",
+            "\r[{}{}] {elapsed}/{total} s, {now} {unit}, {} {unit}/s   ",
             "=".repeat(filled),
             " ".repeat(30 - filled.min(30)),
             now - last
@@ -443,7 +459,7 @@ async fn progress(done: Arc<std::sync::atomic::AtomicU64>, started: Instant, unt
 
 /// The two process counters of every node named, summed; `None` when no
 /// node was named.
-async fn scrape_all(nodes: &[String]) -> anyhow::Result<Option<ServerCounters>> {
+pub(crate) async fn scrape_all(nodes: &[String]) -> anyhow::Result<Option<ServerCounters>> {
     if nodes.is_empty() {
         return Ok(None);
     }
@@ -472,9 +488,9 @@ async fn metrics_page(node: &str) -> anyhow::Result<String> {
 
 /// What a node's metrics say it has spent.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct ServerCounters {
-    cpu_seconds: f64,
-    log_syncs: f64,
+pub(crate) struct ServerCounters {
+    pub(crate) cpu_seconds: f64,
+    pub(crate) log_syncs: f64,
 }
 
 impl ServerCounters {
@@ -493,7 +509,7 @@ impl ServerCounters {
 }
 
 /// The p-th percentile (0..=100) of sorted samples, in ms.
-fn percentile_ms(sorted: &[u32], p: u32) -> f64 {
+pub(crate) fn percentile_ms(sorted: &[u32], p: u32) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

@@ -173,6 +173,37 @@ impl ClientArgs {
     }
 
     /// The token every call carries, from --token or --token-file.
+    /// The agent SDK's configuration for this cluster, as these flags
+    /// reach it (endpoints, TLS files, token).
+    pub fn sdk_config(
+        &self,
+        namespace: &str,
+        replica: &str,
+    ) -> anyhow::Result<fusebox_client::ClientConfig> {
+        let mut config =
+            fusebox_client::ClientConfig::new(self.endpoint_list(), namespace, replica)
+                .map_err(|e| Failure::bad_input(e.to_string()))?;
+        config.tls = self.tls_ca.as_ref().map(|ca| ClientTlsFiles {
+            ca: ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            server_name: self.tls_server_name.clone(),
+        });
+        config.token = match (&self.token, &self.token_file) {
+            (Some(token), _) => Some(token.trim().to_owned()),
+            (None, Some(file)) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| {
+                        Failure::bad_input(format!("reading --token-file {}: {e}", file.display()))
+                    })?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        Ok(config)
+    }
+
     fn bearer(&self) -> anyhow::Result<Bearer> {
         let token = match (&self.token, &self.token_file) {
             (Some(token), _) => token.clone(),

@@ -14,6 +14,9 @@
 mod auth_cmd;
 mod bench_cmd;
 mod bench_etcd;
+mod bench_gate;
+mod bench_outcomes;
+mod bench_propagation;
 mod bench_soak;
 mod breakers_change;
 mod breakers_cmd;
