@@ -114,8 +114,41 @@ fn check_entry_bytes(request: &Request) -> Result<(), BackendError> {
     Ok(())
 }
 
+impl RaftBackend {
+    /// `NotLeader` naming the leader when this node knows another node
+    /// leads: a batched write (a report, a ledger call) then goes there
+    /// raw, to be coalesced with the rest, instead of joining a batch here
+    /// whose proposal can only fail.
+    fn led_elsewhere(&self) -> Option<BackendError> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        let leader = m.current_leader?;
+        if leader == m.id {
+            return None;
+        }
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone());
+        Some(BackendError::NotLeader {
+            leader_id: Some(leader),
+            leader_addr: addr,
+        })
+    }
+}
+
 impl Backend for RaftBackend {
     async fn write(&self, command: Command) -> Result<Applied, BackendError> {
+        let batched = matches!(
+            command,
+            Command::Begin { .. } | Command::Complete { .. } | Command::ReportOutcomes { .. }
+        );
+        if batched {
+            if let Some(elsewhere) = self.led_elsewhere() {
+                return Err(elsewhere);
+            }
+        }
         let command = match (command, &self.ledger) {
             (Command::Begin { namespace, request }, Some(ledger)) => {
                 return ledger.submit(LedgerOp::Begin { namespace, request }).await
