@@ -53,6 +53,10 @@ struct Args {
     /// confirming they still lead (the checkers should catch it).
     #[arg(long)]
     inject_stale_reads: bool,
+    /// With `--seeds`: seeds run at once, each in its own process (default:
+    /// the machine's cores).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    jobs: Option<u64>,
     /// With `--seed`: print only the one-line summary (used by batches).
     #[arg(long)]
     summary_only: bool,
@@ -303,38 +307,67 @@ fn batch(args: &Args, seeds: Range<u64>) -> bool {
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let mut nondeterministic = Vec::new();
     let (mut simulated_ms, mut ledger_ops) = (0u64, 0usize);
-    for (done, seed) in seeds.clone().enumerate() {
-        match child(args, seed, false, Pace::Full) {
-            Ok((_, summary)) => {
-                if args.determinism {
-                    match child(args, seed, false, Pace::Dragged) {
-                        Ok((_, again)) if again.digest == summary.digest => {}
-                        Ok(_) => nondeterministic.push(seed),
-                        Err(e) => died.push(e),
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| u64::try_from(n.get()).unwrap_or(1))
+    });
+    // Seeds are handed out in order to `jobs` threads, each running one
+    // child process at a time; results come back as they finish.
+    let next = std::sync::Mutex::new(seeds.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(total) {
+            let (tx, next) = (tx.clone(), &next);
+            scope.spawn(move || loop {
+                let seed = next
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .next();
+                let Some(seed) = seed else { return };
+                let first = child(args, seed, false, Pace::Full);
+                let again = match &first {
+                    Ok(_) if args.determinism => Some(child(args, seed, false, Pace::Dragged)),
+                    _ => None,
+                };
+                if tx.send((seed, first, again)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        for (done, (seed, first, again)) in rx.iter().enumerate() {
+            match first {
+                Ok((_, summary)) => {
+                    match again {
+                        Some(Ok((_, again))) if again.digest == summary.digest => {}
+                        Some(Ok(_)) => nondeterministic.push(seed),
+                        Some(Err(e)) => died.push(e),
+                        None => {}
+                    }
+                    simulated_ms += summary.simulated_ms;
+                    ledger_ops += summary.ledger_ops;
+                    for (kind, n) in &summary.faults {
+                        *faults.entry(kind.clone()).or_default() += n;
+                    }
+                    if !summary.passed {
+                        failed.push(summary);
                     }
                 }
-                simulated_ms += summary.simulated_ms;
-                ledger_ops += summary.ledger_ops;
-                for (kind, n) in &summary.faults {
-                    *faults.entry(kind.clone()).or_default() += n;
-                }
-                if !summary.passed {
-                    failed.push(summary);
-                }
+                Err(e) => died.push(e),
             }
-            Err(e) => died.push(e),
+            progress(
+                done as u64 + 1,
+                total,
+                failed.len() + died.len(),
+                started.elapsed(),
+            );
         }
-        progress(
-            done as u64 + 1,
-            total,
-            failed.len() + died.len(),
-            started.elapsed(),
-        );
-    }
+    });
+    nondeterministic.sort_unstable();
+    failed.sort_by_key(|s| s.seed);
     eprintln!();
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     println!(
-        "{total} seeds ({}..{}) of {} in {:.1} min: {:.1} seeds/min, {:.0} s simulated",
+        "{total} seeds ({}..{}) of {} in {:.1} min, {jobs} at once: {:.1} seeds/min, {:.0} s simulated",
         seeds.start,
         seeds.end,
         args.scenario,

@@ -98,6 +98,22 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Where a run keeps its nodes' RocksDB files: `FUSEBOX_SIM_DATA` if set,
+/// else memory-backed `/dev/shm` where there is one, else the temporary
+/// directory. A simulated crash drops a node inside this process, so what
+/// RocksDB wrote is kept either way, and what a real fsync costs (most of
+/// a seed's wall-clock time on a disk) buys the simulation nothing.
+fn scratch_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("FUSEBOX_SIM_DATA") {
+        return dir.into();
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        return shm.to_path_buf();
+    }
+    std::env::temp_dir()
+}
+
 /// Runs one seed to the end.
 pub fn run(options: &RunOptions) -> RunReport {
     let started = Instant::now();
@@ -107,7 +123,10 @@ pub fn run(options: &RunOptions) -> RunReport {
     fastrand::seed(seed);
     fusebox_raft_store::run_inline();
     let world = Rc::new(World::new(seed, options.nodes, options.bugs));
-    let data = match tempfile::Builder::new().prefix("fusebox-sim-").tempdir() {
+    let data = match tempfile::Builder::new()
+        .prefix("fusebox-sim-")
+        .tempdir_in(scratch_dir())
+    {
         Ok(dir) => dir,
         Err(e) => return failed(options, &world, format!("no data directory: {e}"), started),
     };
