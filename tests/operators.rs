@@ -370,8 +370,13 @@ async fn short_outcome_propagation_and_gate_benches(op: &Operator) {
     let calls = report["calls"].as_u64().expect("calls");
     assert!(calls > 0, "{report}");
     ordered(&report["ns_per_call"], &report);
-    let recorded = report["outcomes"]["recorded"].as_u64().expect("recorded");
-    assert!(recorded >= calls, "every measured call recorded: {report}");
+    let outcomes = &report["outcomes"];
+    let recorded = outcomes["recorded"].as_u64().expect("recorded");
+    let dropped = outcomes["dropped_buffer_full"].as_u64().expect("dropped");
+    assert!(
+        recorded + dropped >= calls,
+        "every measured call's outcome was recorded or dropped at the full buffer: {report}"
+    );
 
     let refused = op.fails(&["bench", "outcomes", "--batch", "0"], 2).await;
     assert!(refused.contains("--batch must be 1 to"), "{refused}");
