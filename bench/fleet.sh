@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fleet-scale figures of one build on this machine, in one sitting: outcome
-# ingestion, breaker propagation to many watch streams, the SDK's gate and
-# the ledger pair, against a 3-node cluster with fsync on.
+# ingestion, breaker propagation to many watch streams and the SDK's gate,
+# against a 3-node cluster with fsync on (the ledger pair: bench/vs-etcd.sh).
 #
 #   bench/fleet.sh [FUSEBOX_BINARY]
 #   bench/fleet.sh target/release/fusebox
@@ -53,4 +53,3 @@ run propagation --watchers 16 --rounds "$ROUNDS" --change trip --metrics "$METRI
 run propagation --watchers "$WATCHERS" --rounds "$ROUNDS" --change force-open --metrics "$METRICS"
 run propagation --watchers "$WATCHERS" --rounds "$ROUNDS" --change trip --metrics "$METRICS"
 run gate --threads 1 --seconds "$SECONDS_EACH"
-run ledger --clients 64 --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS"
