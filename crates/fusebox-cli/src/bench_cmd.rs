@@ -318,16 +318,18 @@ async fn measure<P: Pair>(
     Ok(())
 }
 
+/// `--NAME` must be 1 to `max`.
+pub(crate) fn within(name: &str, value: u64, max: u64) -> Result<(), Failure> {
+    if value == 0 || value > max {
+        Err(Failure::bad_input(format!(
+            "--{name} must be 1 to {max}, got {value}"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
 fn check(bench: &LedgerBench) -> Result<(), Failure> {
-    let within = |name: &str, value: u64, max: u64| {
-        if value == 0 || value > max {
-            Err(Failure::bad_input(format!(
-                "--{name} must be 1 to {max}, got {value}"
-            )))
-        } else {
-            Ok(())
-        }
-    };
     within("clients", bench.clients as u64, CLIENTS_MAX as u64)?;
     within(
         "connections",

@@ -14,7 +14,7 @@
 //! CPU time and WAL syncs per thousand outcomes summed over those nodes.
 
 use crate::bench_cmd::{
-    percentile_ms, progress, scrape_all, ServerCounters, CLIENTS_MAX, FAILURE_PAUSE,
+    percentile_ms, progress, scrape_all, within, ServerCounters, CLIENTS_MAX, FAILURE_PAUSE,
     SAMPLES_PER_WORKER_MAX, SECONDS_MAX,
 };
 use crate::client::{ClientArgs, Session};
@@ -78,15 +78,6 @@ struct Tally {
 }
 
 fn check(bench: &OutcomesBench) -> Result<(), Failure> {
-    let within = |name: &str, value: u64, max: u64| {
-        if value == 0 || value > max {
-            Err(Failure::bad_input(format!(
-                "--{name} must be 1 to {max}, got {value}"
-            )))
-        } else {
-            Ok(())
-        }
-    };
     within("clients", bench.clients as u64, CLIENTS_MAX as u64)?;
     within("batch", bench.batch as u64, BATCH_MAX as u64)?;
     within("tools", bench.tools as u64, TOOLS_MAX as u64)?;

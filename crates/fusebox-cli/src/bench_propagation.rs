@@ -17,7 +17,7 @@
 //! `--metrics` names the nodes' metrics listeners, the server CPU time per
 //! round summed over those nodes.
 
-use crate::bench_cmd::{percentile_ms, scrape_all, ServerCounters};
+use crate::bench_cmd::{percentile_ms, scrape_all, within, ServerCounters};
 use crate::client::{ClientArgs, Session};
 use crate::failure::Failure;
 use crate::out::outln;
@@ -88,15 +88,6 @@ pub(crate) struct PropagationBench {
 }
 
 fn check(bench: &PropagationBench) -> Result<(), Failure> {
-    let within = |name: &str, value: u64, max: u64| {
-        if value == 0 || value > max {
-            Err(Failure::bad_input(format!(
-                "--{name} must be 1 to {max}, got {value}"
-            )))
-        } else {
-            Ok(())
-        }
-    };
     within("watchers", bench.watchers as u64, WATCHERS_MAX as u64)?;
     within("rounds", u64::from(bench.rounds), u64::from(ROUNDS_MAX))?;
     within(
