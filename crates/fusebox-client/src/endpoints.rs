@@ -7,10 +7,6 @@
 //! jumps to the leader when a node says NOT_LEADER and names one on the
 //! list. Every call has a deadline: each try gets what is left of it, and
 //! the server learns it through `grpc-timeout`.
-//!
-//! A replica starts at a node picked at random from its list, so a fleet
-//! given the same list spreads its watch streams over every node instead
-//! of piling them on the first.
 
 use crate::error::ClientError;
 use fusebox_proto::bearer::Bearer;
@@ -77,10 +73,9 @@ impl Endpoints {
             let channel = net.channel_tls(endpoint.connect_timeout(connect_timeout), tls.as_ref());
             nodes.push((address.clone(), channel));
         }
-        let first = fastrand::usize(..nodes.len().max(1));
         Ok(Endpoints {
             nodes,
-            preferred: AtomicUsize::new(first),
+            preferred: AtomicUsize::new(0),
             bearer,
         })
     }
