@@ -38,7 +38,7 @@ use std::io;
 /// leaves every earlier encoding as it was, so this build reads format-5
 /// stores; a build without it cannot read an entry that holds one (every
 /// node of a cluster runs the same build).
-pub(crate) const VALUE_FORMAT: u8 = 5;
+pub const VALUE_FORMAT: u8 = 5;
 
 /// The key of log entry `index`.
 pub(crate) fn index_key(index: u64) -> [u8; 8] {
@@ -57,7 +57,7 @@ pub(crate) fn key_index(key: &[u8]) -> io::Result<u64> {
 }
 
 /// Encodes a value with its format byte.
-pub(crate) fn encode<T: Serialize>(what: &str, value: &T) -> io::Result<Vec<u8>> {
+pub fn encode<T: Serialize>(what: &str, value: &T) -> io::Result<Vec<u8>> {
     let mut bytes = vec![VALUE_FORMAT];
     let body = postcard::to_allocvec(value)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("encode {what}: {e}")))?;
@@ -66,7 +66,7 @@ pub(crate) fn encode<T: Serialize>(what: &str, value: &T) -> io::Result<Vec<u8>>
 }
 
 /// Decodes a value written by [`encode`]; `what` names it in the error.
-pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> io::Result<T> {
+pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> io::Result<T> {
     let Some((&format, body)) = bytes.split_first() else {
         return Err(corrupt(format_args!("{what}: empty value")));
     };

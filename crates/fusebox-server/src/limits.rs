@@ -7,17 +7,12 @@
 //! of the replicated state itself (key lengths, records per namespace, batch
 //! sizes) belong to the core: [`fusebox_core::limits`].
 
-// The public API (`api/`).
+// The public API (`api/`). The bounds its request checks use live in
+// `fusebox_api::limits`.
+pub use fusebox_api::limits::{
+    LIST_LIMIT_DEFAULT, META_ATTRIBUTES_MAX, META_ATTRIBUTE_BYTES_MAX, PAGE_BYTES_MAX,
+};
 
-/// Entries per page when a list request leaves `limit` at 0 (a limit the
-/// caller sets is capped by the core's `LIST_LIMIT_MAX`).
-pub const LIST_LIMIT_DEFAULT: usize = 100;
-/// Most attributes one request's `RequestMeta` may carry, so a caller
-/// cannot make a node log or hold an unbounded map.
-pub const META_ATTRIBUTES_MAX: usize = 32;
-/// Longest key or value of one `RequestMeta` attribute, in bytes, for the
-/// same reason.
-pub const META_ATTRIBUTE_BYTES_MAX: usize = 256;
 /// Longest member address `Cluster.AddMember` accepts, in bytes: it is
 /// stored in the membership on every node.
 pub const MEMBER_ADDRESS_BYTES_MAX: usize = 256;
@@ -122,8 +117,8 @@ pub const SNAPSHOT_INSTALL_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
 /// Snapshots one node receives at once, at most; more are refused with
 /// `RESOURCE_EXHAUSTED` (each one takes its size in disk while it arrives).
 pub const SNAPSHOT_RECEIVES_MAX: usize = 2;
-/// Largest Raft message payload accepted or sent, in bytes.
-pub const RAFT_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest Raft message payload (defined with the Raft codec).
+pub use fusebox_api::limits::RAFT_PAYLOAD_BYTES_MAX;
 /// Largest replication batch one AppendEntries carries, in encoded bytes;
 /// the network sends the rest in the next batch. Well under
 /// [`RAFT_PAYLOAD_BYTES_MAX`], so a full batch always fits the transport.
@@ -181,12 +176,6 @@ pub const INIT_AUTH_RETRY_MS: u64 = 500;
 /// Concurrent HTTP/2 streams (calls in flight) on one client connection;
 /// more are refused by the transport (REFUSED_STREAM) until one ends.
 pub const CONNECTION_STREAMS_MAX: u32 = 1_024;
-
-/// Bytes of entries one page of a list answer carries at most (ledger
-/// records, policy versions with documents, tools); a page is cut short,
-/// with a token to continue, rather than exceed the 4 MiB every client
-/// decodes. At least one entry is always sent.
-pub const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
 
 /// Connections one listener holds open at most; one more is closed at once.
 pub const CONNECTIONS_MAX: usize = 8_192;

@@ -18,9 +18,9 @@
 //! replicated table says so; without it an unrecognised caller is the
 //! anonymous [`Caller::open`].
 
-use super::caller::{Caller, Via};
 use super::limits::{CallerLimits, Meter, StreamPermit};
 use super::rules::{rule_for, Rule};
+use super::{Caller, Via};
 use crate::limits::GRPC_REQUEST_TIMEOUT_MS;
 use crate::node::incoming::ConnInfo;
 use fusebox_core::auth::{AuthTable, Role};

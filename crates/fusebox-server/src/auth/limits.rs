@@ -13,7 +13,7 @@
 //! cannot grow memory, only slow each other down.
 
 use crate::api::status;
-use serde::{Deserialize, Serialize};
+pub use fusebox_api::config::CallerLimits;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::time::Instant;
@@ -24,40 +24,6 @@ pub const CALLERS_METERED_MAX: usize = 16_384;
 
 /// The key new callers share when the meter is full of busy ones.
 const OVERFLOW: &str = "-overflow";
-
-/// What one caller may do; a node's `[caller_limits]` configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CallerLimits {
-    /// Requests per second, sustained.
-    pub requests_per_second: u32,
-    /// Requests at once after a quiet spell (the bucket's size).
-    pub burst: u32,
-    /// Watch streams open at once.
-    pub watch_streams: u32,
-}
-
-impl Default for CallerLimits {
-    /// Generous enough for a fleet of a few hundred replicas sharing one
-    /// principal; tighten per deployment.
-    fn default() -> Self {
-        CallerLimits {
-            requests_per_second: 20_000,
-            burst: 40_000,
-            watch_streams: 4_096,
-        }
-    }
-}
-
-impl CallerLimits {
-    /// Every bound must let at least one call through.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.requests_per_second == 0 || self.burst == 0 || self.watch_streams == 0 {
-            return Err("caller_limits: every bound must be at least 1".into());
-        }
-        Ok(())
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Bucket {

@@ -7,19 +7,18 @@
 //!   client certificate) from the auth table this node last applied, and
 //!   checks its role, before the request body is read.
 //! - [`limits`]: per-caller bounds on request rate and open watch streams.
-//! - [`caller`]: what the handler gets; it checks the request's namespace
+//! - [`Caller`] (from `fusebox_api`): what the handler gets; it checks the request's namespace
 //!   against the caller's grant ([`Caller::require`]) and takes the audit's
 //!   actor from it ([`Caller::actor`]).
 //!
 //! The table itself (principals, hashed tokens, enforcement) is replicated
 //! state: `fusebox_core::auth`.
 
-pub mod caller;
 pub mod guard;
 pub mod limits;
 pub mod rules;
 
-pub use caller::{Caller, Via};
+pub use fusebox_api::caller::{self, Caller, Via};
 pub use guard::{
     Admitted, Guard, GuardLayer, Membership, PublishedAuth, Recheck, FORWARDED_CALLER_HEADER,
 };

@@ -3,7 +3,6 @@
 pub mod backend;
 pub mod cluster;
 pub mod coalescer;
-pub mod config;
 pub mod contact;
 pub mod env;
 pub mod incoming;
@@ -12,6 +11,6 @@ pub mod observer;
 pub mod start;
 
 pub use backend::RaftBackend;
-pub use config::{NodeConfig, Timing};
 pub use env::{Clock, InjectedBugs, NodeEnv};
+pub use fusebox_api::config::{self, NodeConfig, Timing};
 pub use start::{start, start_in, RunningNode, StartError};

@@ -4,6 +4,6 @@
 //! bounded by openraft's deadline); [`service`] receives, checking the
 //! cluster id, the addressee and the codec version before decoding.
 
-pub mod codec;
+pub use fusebox_api::raft_codec as codec;
 pub mod network;
 pub mod service;

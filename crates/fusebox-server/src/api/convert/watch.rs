@@ -8,11 +8,11 @@
 //! generation, open-until, version number, writes blocked) always come from
 //! the event itself.
 
-use super::breakers::{key_to_proto, view_to_proto};
-use super::policy::{kill_switch_to_proto, version_to_proto};
-use super::tools::{disclosures_in, tool_disclosure};
 use crate::limits::WATCH_CHUNK_BYTES_MAX;
 use crate::watch::WatchSnapshot;
+use fusebox_api::convert::breakers::{key_to_proto, view_to_proto};
+use fusebox_api::convert::policy::{kill_switch_to_proto, version_to_proto};
+use fusebox_api::convert::tools::{disclosures_in, tool_disclosure};
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_core::tools::ToolId;
 use fusebox_core::Namespace;

@@ -2,7 +2,7 @@
 
 use super::breakers::state_to_proto;
 use super::name;
-use crate::api::status;
+use crate::status;
 use fusebox_core::breaker::{BreakerKey, BreakerState, ProbeAnswer, ProbeResult};
 use fusebox_core::limits::BATCH_OUTCOMES_MAX;
 use fusebox_core::machine::{OutcomeReport, ReportSummary, SharedStateMachine};

@@ -11,8 +11,8 @@
 //! gateway before the command is proposed.
 
 use super::{actor, bounded, meta, name, namespace, page_limit, required};
-use crate::api::status;
-use crate::auth::Caller;
+use crate::caller::Caller;
+use crate::status;
 use fusebox_core::ledger::{
     AmbiguityCause, BeginAnswer, BeginRequest, CompleteRequest, Completion, Decision, ListFilter,
     Record, RenewRequest, ResolveRequest, Status as RecordStatus,

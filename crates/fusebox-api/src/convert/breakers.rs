@@ -1,7 +1,7 @@
 //! Breaker keys, states, views and transitions between wire and core.
 
 use super::name;
-use crate::api::status;
+use crate::status;
 use fusebox_core::breaker::{
     AuditEntry, BreakerKey, BreakerState, BreakerView, Cause, Mode, Phase,
 };

@@ -5,7 +5,7 @@
 //! of that text: two versions with equal documents have equal digests
 //! whatever format or key order they were written in.
 
-use crate::api::status;
+use crate::status;
 use fusebox_core::machine::{KillSwitch, PolicyVersion};
 use fusebox_core::policy::{PolicyDocument, PolicyFormat};
 use fusebox_core::Namespace;

@@ -1,6 +1,5 @@
 //! How one node is configured: identity, addresses, peers, data, timing.
 
-use crate::auth::CallerLimits;
 use fusebox_raft_store::Member;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -278,6 +277,40 @@ impl NodeConfig {
             }
         }
         Ok(peers)
+    }
+}
+
+/// What one caller may do; a node's `[caller_limits]` configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CallerLimits {
+    /// Requests per second, sustained.
+    pub requests_per_second: u32,
+    /// Requests at once after a quiet spell (the bucket's size).
+    pub burst: u32,
+    /// Watch streams open at once.
+    pub watch_streams: u32,
+}
+
+impl Default for CallerLimits {
+    /// Generous enough for a fleet of a few hundred replicas sharing one
+    /// principal; tighten per deployment.
+    fn default() -> Self {
+        CallerLimits {
+            requests_per_second: 20_000,
+            burst: 40_000,
+            watch_streams: 4_096,
+        }
+    }
+}
+
+impl CallerLimits {
+    /// Every bound must let at least one call through.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.requests_per_second == 0 || self.burst == 0 || self.watch_streams == 0 {
+            return Err("caller_limits: every bound must be at least 1".into());
+        }
+        Ok(())
     }
 }
 

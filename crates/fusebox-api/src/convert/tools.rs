@@ -6,7 +6,7 @@
 
 use super::ledger::effect_to_proto;
 use super::name;
-use super::status;
+use crate::status;
 use fusebox_core::disclosure::McpHints;
 use fusebox_core::disclosure::{
     assess, parse_utc, DisclosureProblem, LatencyDisclosure, LatencySketch, ObservedLatency,
