@@ -8,6 +8,7 @@
 
 pub mod breakers;
 pub mod ledger;
+pub mod operator;
 pub mod outcomes;
 pub mod policy;
 pub mod tools;

@@ -12,7 +12,7 @@ use super::convert::breakers::{
 use super::convert::outcomes::{self, batch_from_proto, probe_to_proto, report_to_proto};
 use super::convert::{meta, name, namespace, number_token, page_limit};
 use super::gateway::{unexpected, Gateway, Served};
-use super::operator::OperatorCommand;
+use super::operator::{self, OperatorCommand};
 use super::{status, watch_stream};
 use crate::auth::{Recheck, StreamPermit};
 use crate::backend::Backend;
@@ -268,9 +268,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::ForceOpenRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
         let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
-        let served = OperatorCommand::force_open(request.get_ref(), &caller)?
-            .run(&self.gateway)
-            .await?;
+        let operator = OperatorCommand::force_open(request.get_ref(), &caller)?;
+        let served = operator::run(operator, &self.gateway).await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::force_open);
         Ok(Response::new(answer))
     }
@@ -280,9 +279,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::ResetBreakerRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
         let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
-        let served = OperatorCommand::reset(request.get_ref(), &caller)?
-            .run(&self.gateway)
-            .await?;
+        let operator = OperatorCommand::reset(request.get_ref(), &caller)?;
+        let served = operator::run(operator, &self.gateway).await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::reset);
         Ok(Response::new(answer))
     }
@@ -292,9 +290,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::DisableBreakerRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
         let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
-        let served = OperatorCommand::disable(request.get_ref(), &caller)?
-            .run(&self.gateway)
-            .await?;
+        let operator = OperatorCommand::disable(request.get_ref(), &caller)?;
+        let served = operator::run(operator, &self.gateway).await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::disable);
         Ok(Response::new(answer))
     }
@@ -304,9 +301,8 @@ impl<B: Backend> Breakers for BreakersService<B> {
         request: Request<pb::SetMetricsOnlyRequest>,
     ) -> Result<Response<pb::BreakerChangeResponse>, Status> {
         let (caller, _) = self.gateway.admit(&request, &request.get_ref().namespace)?;
-        let served = OperatorCommand::metrics_only(request.get_ref(), &caller)?
-            .run(&self.gateway)
-            .await?;
+        let operator = OperatorCommand::metrics_only(request.get_ref(), &caller)?;
+        let served = operator::run(operator, &self.gateway).await?;
         let answer = here_or_forward!(self, request, served, BreakersClient::set_metrics_only);
         Ok(Response::new(answer))
     }
