@@ -77,6 +77,23 @@ impl Fleet {
                 "breaker counts disagree with breakers".into(),
             ));
         }
+        // The timers index is derived from the breakers; `tick` trusts it to
+        // name only breakers that exist, at the times they are due.
+        let due: BTreeSet<(Timestamp, &BreakerKey)> = self
+            .breakers
+            .iter()
+            .filter_map(|(key, b)| b.next_deadline().map(|at| (at, key)))
+            .collect();
+        let timers_agree = due.len() == self.breaker_deadlines.len()
+            && due
+                .iter()
+                .zip(&self.breaker_deadlines)
+                .all(|((at, key), (t, k))| at == t && *key == k);
+        if !timers_agree {
+            return Err(CoreError::Snapshot(
+                "breaker timers disagree with breakers".into(),
+            ));
+        }
         if !self.report_marks.consistent() {
             return Err(CoreError::Snapshot(
                 "report marks disagree with their age index".into(),

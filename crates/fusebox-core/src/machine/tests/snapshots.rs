@@ -100,3 +100,58 @@ fn an_unknown_format_or_an_oversized_field_is_refused_before_allocating() {
     let error = read_all(huge.as_slice()).unwrap_err().to_string();
     assert!(error.contains("fleet of"), "{error}");
 }
+
+/// Found by the `snapshot` fuzz target: a snapshot whose timers named a
+/// breaker it did not hold made the next tick panic. The timers index is
+/// derived from the breakers, so a snapshot where they disagree (a timer
+/// for a missing breaker, or at another time than the breaker is due) is
+/// refused when read.
+#[test]
+fn timers_that_disagree_with_the_breakers_are_refused() {
+    use super::super::OperatorAction;
+    use crate::breaker::BreakerKey;
+    use crate::ServerName;
+
+    let mut sm = state();
+    let key = |server: &str| {
+        BreakerKey::server(
+            Namespace::new("a").unwrap(),
+            ServerName::new(server).unwrap(),
+        )
+    };
+    let force_open = Command::Operate {
+        key: key("payments"),
+        action: OperatorAction::ForceOpen {
+            for_ms: Some(60_000),
+        },
+        actor: "ops".into(),
+        reason: "incident".into(),
+    };
+    sm.apply(&force_open, Timestamp(2_000));
+    assert_eq!(
+        sm.fleet().breaker_deadlines.len(),
+        1,
+        "the forced-open breaker has a timer"
+    );
+    let good = SnapshotWriter::new(sm.fleet()).unwrap().finish().unwrap();
+    assert!(StateMachine::restore(&good).is_ok());
+
+    let mut missing = sm.fleet().clone();
+    missing
+        .breaker_deadlines
+        .insert((Timestamp(3_000), key("absent")));
+    let mut moved = sm.fleet().clone();
+    let (at, k) = moved.breaker_deadlines.pop_first().unwrap();
+    moved.breaker_deadlines.insert((Timestamp(at.0 + 1), k));
+    let mut dropped = sm.fleet().clone();
+    dropped.breaker_deadlines.clear();
+    for fleet in [missing, moved, dropped] {
+        let bytes = SnapshotWriter::new(&fleet).unwrap().finish().unwrap();
+        let err = StateMachine::restore(&bytes).err().map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("breaker timers disagree")),
+            "{err:?}"
+        );
+    }
+}

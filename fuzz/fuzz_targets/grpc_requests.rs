@@ -1,0 +1,208 @@
+//! A sequence of public gRPC requests, each decoded from its protobuf bytes,
+//! checked and converted the way the node's handler does, and applied in
+//! order to one state machine as the log would apply them.
+//!
+//! Framing, repeated up to [`REQUESTS_MAX`] times: one byte picks the RPC,
+//! one byte advances the clock (in 100 ms steps), two bytes (little endian)
+//! give the message's length, then the message.
+//!
+//! Every request either is refused with a status or becomes a command that
+//! goes through the log's encoding unchanged and is applied without a panic;
+//! after the sequence the state snapshots and restores unchanged.
+
+#![no_main]
+
+use fusebox_api::convert::breakers::key_from_proto;
+use fusebox_api::convert::ledger::{
+    begin_from_proto, complete_from_proto, list_from_proto, renew_from_proto, resolve_from_proto,
+};
+use fusebox_api::convert::operator::OperatorCommand;
+use fusebox_api::convert::outcomes::{batch_from_proto, outcome_class, permit_id, reports};
+use fusebox_api::convert::policy::format_from_proto;
+use fusebox_api::convert::tools::manifest_from_proto;
+use fusebox_api::convert::{actor, bounded, meta, name, namespace, required};
+use fusebox_api::{status, Caller};
+use fusebox_core::limits::REASON_BYTES_MAX;
+use fusebox_core::machine::{Command, SharedStateMachine};
+use fusebox_core::policy::PolicyDocument;
+use fusebox_core::{ReplicaId, ServerName};
+use fusebox_fuzz::{apply, check_snapshot, fresh_state, START_MS};
+use fusebox_proto::v1 as pb;
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use tonic::Status;
+
+/// Requests in one input, at most.
+const REQUESTS_MAX: usize = 32;
+
+fuzz_target!(|data: &[u8]| {
+    let caller = Caller::open();
+    let mut state = fresh_state();
+    let mut at_ms = START_MS;
+    let mut input = data;
+    for _ in 0..REQUESTS_MAX {
+        let [rpc, step, len_lo, len_hi, rest @ ..] = input else {
+            break;
+        };
+        at_ms += u64::from(*step) * 100;
+        let len = usize::from(u16::from_le_bytes([*len_lo, *len_hi])).min(rest.len());
+        let (message, rest) = rest.split_at(len);
+        input = rest;
+        if let Ok(Some(command)) = command_of(*rpc, message, &caller, &state) {
+            apply(&mut state, command, at_ms);
+        }
+    }
+    check_snapshot(&state);
+});
+
+/// The command the handler of RPC `rpc` would propose for `message`: `None`
+/// for an RPC that proposes nothing (a read), an error for bytes that do not
+/// decode or a request the checks refuse.
+fn command_of(
+    rpc: u8,
+    message: &[u8],
+    caller: &Caller,
+    state: &SharedStateMachine,
+) -> Result<Option<Command>, Status> {
+    let command = match rpc % 18 {
+        0 => {
+            let req = decode::<pb::ReportOutcomesRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            let batch = batch_from_proto(&req)?;
+            if batch.outcomes.is_empty() {
+                return Ok(None);
+            }
+            Command::ReportOutcomes {
+                outcomes: reports(state, &ns, batch.outcomes),
+                namespace: ns,
+                replica: batch.replica,
+                batch_seq: req.batch_seq,
+            }
+        }
+        1 => {
+            let req = decode::<pb::AcquireProbeRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            Command::AcquireProbe {
+                key: key_from_proto(&ns, req.key.as_ref())?,
+                replica: name("replica_id", &req.replica_id, ReplicaId::new)?,
+                lease_ms: req.lease_ms,
+            }
+        }
+        2 => {
+            let req = decode::<pb::ReleaseProbeRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            let Some(outcome) = outcome_class(req.outcome) else {
+                return Err(status::invalid_argument("outcome", "enum", "unknown"));
+            };
+            Command::ReleaseProbe {
+                key: key_from_proto(&ns, req.key.as_ref())?,
+                permit_id: permit_id(&req.permit_id)?,
+                generation: req.generation,
+                outcome,
+            }
+        }
+        3 => OperatorCommand::force_open(&decode(message)?, caller)?.command(),
+        4 => OperatorCommand::reset(&decode(message)?, caller)?.command(),
+        5 => OperatorCommand::disable(&decode(message)?, caller)?.command(),
+        6 => OperatorCommand::metrics_only(&decode(message)?, caller)?.command(),
+        7 => {
+            let (namespace, request) = begin_from_proto(&decode(message)?)?;
+            Command::Begin { namespace, request }
+        }
+        8 => {
+            let (namespace, request) = complete_from_proto(&decode(message)?)?;
+            Command::Complete { namespace, request }
+        }
+        9 => {
+            let (namespace, request, _clamped) = renew_from_proto(&decode(message)?)?;
+            Command::Renew { namespace, request }
+        }
+        10 => {
+            let (namespace, request) = resolve_from_proto(&decode(message)?, caller)?;
+            Command::Resolve { namespace, request }
+        }
+        11 => {
+            // A read: its filter must be checked, nothing is proposed.
+            list_from_proto(&decode(message)?)?;
+            return Ok(None);
+        }
+        12 => {
+            let req = decode::<pb::ImportToolsRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            Command::ImportTools {
+                server: name("server", &req.server, ServerName::new)?,
+                actor: actor(caller, &req.actor, req.meta.as_ref())?,
+                tools: manifest_from_proto(&req.tools)?,
+                namespace: ns,
+            }
+        }
+        13 => {
+            let req = decode::<pb::ApplyPolicyRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            let format = format_from_proto(req.format)?;
+            let who = actor(caller, &req.actor, req.meta.as_ref())?;
+            bounded("reason", &req.reason, REASON_BYTES_MAX)?;
+            let document =
+                PolicyDocument::parse(&req.document, format).map_err(|e| status::from_core(&e))?;
+            Command::ApplyPolicy {
+                namespace: ns,
+                document: Box::new(document),
+                actor: who,
+                reason: req.reason,
+            }
+        }
+        14 => {
+            let req = decode::<pb::RollbackPolicyRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            if req.version == 0 {
+                return Err(status::invalid_argument("version", "range", "0"));
+            }
+            bounded("reason", &req.reason, REASON_BYTES_MAX)?;
+            Command::RollbackPolicy {
+                namespace: ns,
+                version: req.version,
+                actor: actor(caller, &req.actor, req.meta.as_ref())?,
+                reason: req.reason,
+            }
+        }
+        15 => {
+            let req = decode::<pb::SetKillSwitchRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            if req.writes_blocked {
+                required("reason", &req.reason, REASON_BYTES_MAX)?;
+            } else {
+                bounded("reason", &req.reason, REASON_BYTES_MAX)?;
+            }
+            Command::SetKillSwitch {
+                namespace: ns,
+                writes_blocked: req.writes_blocked,
+                actor: actor(caller, &req.actor, req.meta.as_ref())?,
+                reason: req.reason,
+            }
+        }
+        16 => {
+            let req = decode::<pb::DeleteNamespaceRequest>(message)?;
+            let ns = namespace(&req.namespace)?;
+            meta(req.meta.as_ref())?;
+            bounded("reason", &req.reason, REASON_BYTES_MAX)?;
+            Command::DeleteNamespace {
+                namespace: ns,
+                actor: actor(caller, &req.actor, req.meta.as_ref())?,
+                reason: req.reason,
+            }
+        }
+        _ => Command::Tick,
+    };
+    Ok(Some(command))
+}
+
+fn decode<T: Message + Default>(bytes: &[u8]) -> Result<T, Status> {
+    T::decode(bytes).map_err(|e| Status::invalid_argument(e.to_string()))
+}
