@@ -12,6 +12,10 @@
 
 #![no_main]
 
+use fusebox_api::convert::auth::{
+    actor_of, grant_from_proto, issue_from_proto, remove_from_proto, revoke_from_proto,
+    set_enabled_from_proto,
+};
 use fusebox_api::convert::breakers::key_from_proto;
 use fusebox_api::convert::ledger::{
     begin_from_proto, complete_from_proto, list_from_proto, renew_from_proto, resolve_from_proto,
@@ -22,10 +26,11 @@ use fusebox_api::convert::policy::format_from_proto;
 use fusebox_api::convert::tools::manifest_from_proto;
 use fusebox_api::convert::{actor, bounded, meta, name, namespace, required};
 use fusebox_api::{status, Caller};
+use fusebox_core::auth::AuthChange;
 use fusebox_core::limits::REASON_BYTES_MAX;
 use fusebox_core::machine::{Command, SharedStateMachine};
 use fusebox_core::policy::PolicyDocument;
-use fusebox_core::{ReplicaId, ServerName};
+use fusebox_core::{ReplicaId, ServerName, Timestamp};
 use fusebox_fuzz::{apply, check_snapshot, fresh_state, START_MS};
 use fusebox_proto::v1 as pb;
 use libfuzzer_sys::fuzz_target;
@@ -34,6 +39,10 @@ use tonic::Status;
 
 /// Requests in one input, at most.
 const REQUESTS_MAX: usize = 32;
+
+/// The token id and secret a node would draw for `IssueToken`.
+const TOKEN_ID: &str = "0123456789abcdef";
+const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
 fuzz_target!(|data: &[u8]| {
     let caller = Caller::open();
@@ -64,7 +73,7 @@ fn command_of(
     caller: &Caller,
     state: &SharedStateMachine,
 ) -> Result<Option<Command>, Status> {
-    let command = match rpc % 18 {
+    let command = match rpc % 23 {
         0 => {
             let req = decode::<pb::ReportOutcomesRequest>(message)?;
             let ns = namespace(&req.namespace)?;
@@ -198,9 +207,41 @@ fn command_of(
                 reason: req.reason,
             }
         }
+        17 => auth(caller, {
+            let req = decode::<pb::IssueTokenRequest>(message)?;
+            let change =
+                issue_from_proto(&req, Timestamp::from_millis(START_MS), TOKEN_ID, SECRET)?;
+            (change, req.meta)
+        })?,
+        18 => auth(caller, {
+            let req = decode::<pb::GrantRequest>(message)?;
+            (grant_from_proto(&req)?, req.meta)
+        })?,
+        19 => auth(caller, {
+            let req = decode::<pb::RevokeTokenRequest>(message)?;
+            (revoke_from_proto(&req), req.meta)
+        })?,
+        20 => auth(caller, {
+            let req = decode::<pb::RemovePrincipalRequest>(message)?;
+            (remove_from_proto(&req), req.meta)
+        })?,
+        21 => auth(caller, {
+            let req = decode::<pb::SetAuthEnabledRequest>(message)?;
+            (set_enabled_from_proto(&req), req.meta)
+        })?,
         _ => Command::Tick,
     };
     Ok(Some(command))
+}
+
+/// An auth change as the Auth service proposes it.
+fn auth(
+    caller: &Caller,
+    (change, request_meta): (AuthChange, Option<pb::RequestMeta>),
+) -> Result<Command, Status> {
+    meta(request_meta.as_ref())?;
+    let actor = actor_of(caller, request_meta.as_ref());
+    Ok(Command::Auth { change, actor })
 }
 
 fn decode<T: Message + Default>(bytes: &[u8]) -> Result<T, Status> {

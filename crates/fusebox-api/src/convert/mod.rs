@@ -6,6 +6,7 @@
 //! spells it, e.g. `outcomes[3].server`). Conversions *to* the wire cannot
 //! fail. One file per area; the shared field checks live here.
 
+pub mod auth;
 pub mod breakers;
 pub mod ledger;
 pub mod operator;

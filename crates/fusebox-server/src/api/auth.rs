@@ -7,25 +7,24 @@
 //! replicated only as its SHA-256. The guard admits only admins to every
 //! RPC but `WhoAmI` (`crate::auth::rules`).
 
-use super::convert::{bounded, meta};
+use super::convert::auth::{
+    actor_of, grant_from_proto, issue_from_proto, remove_from_proto, revoke_from_proto,
+    set_enabled_from_proto,
+};
+use super::convert::meta;
 use super::gateway::{unexpected, Gateway, Served};
-use super::status;
 use crate::auth::Caller;
 use crate::backend::Backend;
-use fusebox_core::auth::{
-    secret_digest, token_text, AuthChange, AuthTable, Grant, Role, TOKEN_ID_HEX, TOKEN_SECRET_HEX,
-};
-use fusebox_core::limits::ID_BYTES_MAX;
+use fusebox_core::auth::{token_text, AuthChange, AuthTable, TOKEN_ID_HEX, TOKEN_SECRET_HEX};
 use fusebox_core::machine::{Answer, Command};
-use fusebox_core::{CoreError, Timestamp};
+use fusebox_core::Timestamp;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::auth_client::AuthClient;
 use fusebox_proto::v1::auth_server::Auth;
 use fusebox_proto::v1::RequestMeta;
 use tonic::{Request, Response, Status};
 
-/// The longest a token may live, in ms (ten years; 0 means no expiry).
-pub const TOKEN_TTL_MS_MAX: u64 = 10 * 365 * 24 * 3600 * 1000;
+pub use fusebox_api::convert::auth::TOKEN_TTL_MS_MAX;
 
 /// The Auth service over a backend.
 pub struct AuthService<B> {
@@ -60,20 +59,6 @@ impl<B: Backend> AuthService<B> {
     }
 }
 
-/// Who changes auth: the authenticated name; on a cluster not enforcing
-/// auth, `meta.caller`, else "anonymous".
-fn actor_of(caller: &Caller, request_meta: Option<&RequestMeta>) -> String {
-    caller
-        .name
-        .clone()
-        .or_else(|| {
-            request_meta
-                .map(|m| m.caller.clone())
-                .filter(|c| !c.is_empty())
-        })
-        .unwrap_or_else(|| "anonymous".to_owned())
-}
-
 /// The change as logged: a digest is not a secret, but it is not for logs
 /// either.
 fn redacted(change: &AuthChange) -> AuthChange {
@@ -97,21 +82,6 @@ fn redacted(change: &AuthChange) -> AuthChange {
         },
         other => other.clone(),
     }
-}
-
-fn core(e: &CoreError) -> Status {
-    status::from_core(e)
-}
-
-fn role_of(text: &str) -> Result<Role, Status> {
-    Role::parse(text).map_err(|e| core(&e))
-}
-
-fn grant_of(names: &[String]) -> Result<Grant, Status> {
-    for name in names {
-        bounded("namespaces", name, ID_BYTES_MAX)?;
-    }
-    Grant::parse(names.iter().map(String::as_str)).map_err(|e| core(&e))
 }
 
 /// `hex_digits` random hex digits, from the operating system.
@@ -163,29 +133,16 @@ impl<B: Backend> Auth for AuthService<B> {
     ) -> Result<Response<pb::IssueTokenResponse>, Status> {
         let caller = self.gateway.caller(&request)?;
         let req = request.get_ref();
-        let (role, namespaces) = (role_of(&req.role)?, grant_of(&req.namespaces)?);
-        if req.ttl_ms > TOKEN_TTL_MS_MAX {
-            return Err(status::invalid_field(
-                "ttl_ms",
-                &format!("at most {TOKEN_TTL_MS_MAX} (0: until revoked)"),
-            ));
-        }
-        let expires_at = (req.ttl_ms > 0)
-            .then(|| Timestamp::from_millis(self.gateway.backend().now_ms()).plus_ms(req.ttl_ms));
+        let now = Timestamp::from_millis(self.gateway.backend().now_ms());
         let (token_id, secret) = new_token().map_err(|e| {
             tracing::error!(error = %e, "cannot draw a token");
             Status::unavailable(e)
         })?;
-        let change = AuthChange::IssueToken {
-            name: req.name.clone(),
-            role,
-            namespaces,
-            token_id: token_id.clone(),
-            digest: secret_digest(&secret),
-            expires_at,
-            enable: false,
+        let change = issue_from_proto(req, now, &token_id, &secret)?;
+        let expires_at = match &change {
+            AuthChange::IssueToken { expires_at, .. } => *expires_at,
+            _ => None,
         };
-        change.validate().map_err(|e| core(&e))?;
         let version = here_or_forward!(
             self,
             request,
@@ -206,11 +163,7 @@ impl<B: Backend> Auth for AuthService<B> {
     ) -> Result<Response<pb::AuthChangeResponse>, Status> {
         let caller = self.gateway.caller(&request)?;
         let req = request.get_ref();
-        let change = AuthChange::Grant {
-            name: req.name.clone(),
-            role: role_of(&req.role)?,
-            namespaces: grant_of(&req.namespaces)?,
-        };
+        let change = grant_from_proto(req)?;
         let version = here_or_forward!(
             self,
             request,
@@ -226,9 +179,7 @@ impl<B: Backend> Auth for AuthService<B> {
     ) -> Result<Response<pb::AuthChangeResponse>, Status> {
         let caller = self.gateway.caller(&request)?;
         let req = request.get_ref();
-        let change = AuthChange::RevokeToken {
-            token_id: req.token_id.clone(),
-        };
+        let change = revoke_from_proto(req);
         let version = here_or_forward!(
             self,
             request,
@@ -244,9 +195,7 @@ impl<B: Backend> Auth for AuthService<B> {
     ) -> Result<Response<pb::AuthChangeResponse>, Status> {
         let caller = self.gateway.caller(&request)?;
         let req = request.get_ref();
-        let change = AuthChange::Remove {
-            name: req.name.clone(),
-        };
+        let change = remove_from_proto(req);
         let version = here_or_forward!(
             self,
             request,
@@ -272,9 +221,7 @@ impl<B: Backend> Auth for AuthService<B> {
     ) -> Result<Response<pb::AuthChangeResponse>, Status> {
         let caller = self.gateway.caller(&request)?;
         let req = request.get_ref();
-        let change = AuthChange::SetEnabled {
-            enabled: req.enabled,
-        };
+        let change = set_enabled_from_proto(req);
         let version = here_or_forward!(
             self,
             request,
