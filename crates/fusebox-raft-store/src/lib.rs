@@ -56,73 +56,60 @@
 #![cfg_attr(not(feature = "rocksdb"), allow(dead_code))]
 
 pub mod codec;
-#[cfg(feature = "rocksdb")]
-mod error;
-#[cfg(feature = "rocksdb")]
-mod flusher;
-#[cfg(feature = "rocksdb")]
-mod identity;
-#[cfg(feature = "rocksdb")]
-mod ledger_store;
-#[cfg(feature = "rocksdb")]
-mod limits;
-#[cfg(feature = "rocksdb")]
-mod live;
-#[cfg(feature = "rocksdb")]
-mod log_store;
 mod observer;
-#[cfg(feature = "rocksdb")]
-mod rocks;
-#[cfg(feature = "rocksdb")]
-mod snapshot_builder;
 mod snapshot_file;
-#[cfg(feature = "rocksdb")]
-mod snapshot_slot;
-#[cfg(feature = "rocksdb")]
-mod state_store;
 pub mod types;
 
-#[cfg(feature = "rocksdb")]
-pub use error::StoreError;
-#[cfg(feature = "rocksdb")]
-pub use flusher::wal_syncs;
-#[cfg(feature = "rocksdb")]
-pub use identity::DirIdentity;
-#[cfg(feature = "rocksdb")]
-pub use ledger_store::RocksLedger;
-#[cfg(feature = "rocksdb")]
-pub use log_store::{LogReader, LogStore};
 pub use observer::ApplyObserver;
-#[cfg(feature = "rocksdb")]
-pub use rocks::{blocking, run_inline};
-#[cfg(feature = "rocksdb")]
-pub use snapshot_builder::StateSnapshotBuilder;
 pub use snapshot_file::{SnapshotDataReader, SnapshotSink};
-#[cfg(feature = "rocksdb")]
-pub use state_store::StateStore;
 pub use types::{
     Entry, LogId, Member, Node, NodeId, RaftRuntime, Request, Response, Snapshot, SnapshotData,
     SnapshotMeta, StoredMembership, TypeConfig, Vote,
 };
 
-#[cfg(feature = "rocksdb")]
-use std::path::Path;
-#[cfg(feature = "rocksdb")]
-use std::sync::Arc;
+/// Items that exist only with the `rocksdb` feature: the store itself.
+macro_rules! with_rocksdb {
+    ($($item:item)*) => { $( #[cfg(feature = "rocksdb")] $item )* };
+}
 
-/// Opens (creating if missing) the node's store in `dir`: the log as it is,
-/// the ledger as it is on disk, and the fleet restored from the persisted
-/// snapshot's head, if there is one.
-///
-/// It blocks (disk reads, and decoding the fleet, which may be large): call it
-/// before starting the runtime's work, or from `spawn_blocking`. Only one
-/// process may hold a directory open; a second open fails. A directory
-/// records `me` the first time it is opened and refuses anyone else after.
-#[cfg(feature = "rocksdb")]
-pub fn open(dir: &Path, me: &DirIdentity) -> Result<(LogStore, StateStore), StoreError> {
-    let db = Arc::new(rocks::open_db(dir)?);
-    identity::claim(&db, dir, me)?;
-    let state = StateStore::open(db.clone(), dir).map_err(StoreError::Snapshot)?;
-    let flusher = flusher::Flusher::start(db.clone()).map_err(StoreError::Flusher)?;
-    Ok((log_store::LogStore::new(db, flusher), state))
+with_rocksdb! {
+    mod error;
+    mod flusher;
+    mod identity;
+    mod ledger_store;
+    mod limits;
+    mod live;
+    mod log_store;
+    mod rocks;
+    mod snapshot_builder;
+    mod snapshot_slot;
+    mod state_store;
+
+    pub use error::StoreError;
+    pub use flusher::wal_syncs;
+    pub use identity::DirIdentity;
+    pub use ledger_store::RocksLedger;
+    pub use log_store::{LogReader, LogStore};
+    pub use rocks::{blocking, run_inline};
+    pub use snapshot_builder::StateSnapshotBuilder;
+    pub use state_store::StateStore;
+
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// Opens (creating if missing) the node's store in `dir`: the log as it is,
+    /// the ledger as it is on disk, and the fleet restored from the persisted
+    /// snapshot's head, if there is one.
+    ///
+    /// It blocks (disk reads, and decoding the fleet, which may be large): call it
+    /// before starting the runtime's work, or from `spawn_blocking`. Only one
+    /// process may hold a directory open; a second open fails. A directory
+    /// records `me` the first time it is opened and refuses anyone else after.
+    pub fn open(dir: &Path, me: &DirIdentity) -> Result<(LogStore, StateStore), StoreError> {
+        let db = Arc::new(rocks::open_db(dir)?);
+        identity::claim(&db, dir, me)?;
+        let state = StateStore::open(db.clone(), dir).map_err(StoreError::Snapshot)?;
+        let flusher = flusher::Flusher::start(db.clone()).map_err(StoreError::Flusher)?;
+        Ok((log_store::LogStore::new(db, flusher), state))
+    }
 }
