@@ -280,6 +280,51 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .encode_to_vec(),
         ),
         (
+            17,
+            pb::IssueTokenRequest {
+                meta: meta(),
+                name: "fleet-agents".into(),
+                role: "agent".into(),
+                namespaces: vec![ns.into()],
+                ttl_ms: 86_400_000,
+            }
+            .encode_to_vec(),
+        ),
+        (
+            18,
+            pb::GrantRequest {
+                meta: meta(),
+                name: "oncall".into(),
+                role: "operator".into(),
+                namespaces: vec!["*".into()],
+            }
+            .encode_to_vec(),
+        ),
+        (
+            21,
+            pb::SetAuthEnabledRequest {
+                meta: meta(),
+                enabled: true,
+            }
+            .encode_to_vec(),
+        ),
+        (
+            19,
+            pb::RevokeTokenRequest {
+                meta: meta(),
+                token_id: "0123456789abcdef".into(),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            20,
+            pb::RemovePrincipalRequest {
+                meta: meta(),
+                name: "oncall".into(),
+            }
+            .encode_to_vec(),
+        ),
+        (
             16,
             pb::DeleteNamespaceRequest {
                 namespace: "other".into(),
