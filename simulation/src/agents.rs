@@ -3,7 +3,8 @@
 //! it, drives the ledger API directly so every `begin`, `complete` and
 //! `lookup` it sees goes into the history the linearizability checker reads.
 
-use crate::check::ledger_model::{ledger_op, LedgerInput, LedgerOutput, RecordView};
+use crate::check::ledger_model::{ledger_op, LedgerInput, LedgerOutput};
+use crate::check::wire::{self, Seen};
 use crate::net::{sim_clock_ms, SimNet};
 use crate::nodes::{self, channel};
 use crate::scenario::Scenario;
@@ -12,19 +13,17 @@ use crate::world::{sim_ms, Phase, World};
 use fusebox_client::{
     Client, ClientConfig, ClientEnv, ClientError, Journey, ToolRef, WriteRequest, WriteSuccess,
 };
-use fusebox_core::ledger::{BeginRequest, CompleteRequest, Completion, Status};
+use fusebox_core::ledger::{BeginRequest, CompleteRequest, Completion};
 use fusebox_core::policy::EffectClass;
 use fusebox_core::ToolName;
 use fusebox_proto::net::Net;
 use fusebox_proto::v1 as pb;
-use fusebox_proto::v1::begin_response::Outcome as Begun;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use std::error::Error;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
-use tonic::Code;
 
 /// Keys replicas contend for at once in the raw ledger workload; a new set
 /// every [`LEDGER_KEY_EPOCH_MS`], so keys keep changing state (a key that
@@ -345,30 +344,11 @@ impl Replica {
             lease_ms: LEDGER_LEASE_MS,
         });
         let call_ms = sim_ms();
-        let begun = self.ledger().begin(request).await;
-        let output = match begun {
-            Ok(r) => match r.into_inner().outcome {
-                Some(Begun::Started(s)) => Some(LedgerOutput::Started {
-                    attempt: s.attempt_id,
-                    takeover: s.takeover,
-                }),
-                Some(Begun::InProgress(p)) => Some(LedgerOutput::InProgress {
-                    holder: p.holder_attempt_id,
-                }),
-                Some(Begun::Completed(c)) => c
-                    .record
-                    .as_ref()
-                    .map(|r| LedgerOutput::Completed(view_of(r))),
-                Some(Begun::Ambiguous(a)) => a
-                    .record
-                    .as_ref()
-                    .map(|r| LedgerOutput::Ambiguous(view_of(r))),
-                Some(Begun::Mismatch(_)) => Some(LedgerOutput::Mismatch),
-                None => None,
-            },
-            Err(s) if is_refusal(s.code()) => return,
-            Err(_) => None,
-        };
+        let seen = wire::begun(self.ledger().begin(request).await.map(|r| r.into_inner()));
+        if seen == Seen::NoEffect {
+            return;
+        }
+        let output = seen.output();
         let started =
             matches!(&output, Some(LedgerOutput::Started { attempt: a, .. }) if *a == attempt);
         self.record(input, call_ms, output);
@@ -399,16 +379,16 @@ impl Replica {
             },
         });
         let call_ms = sim_ms();
-        let output = match self.ledger().complete(request).await {
-            Ok(r) => r
-                .into_inner()
-                .record
-                .as_ref()
-                .map(|r| LedgerOutput::Accepted(view_of(r))),
-            Err(s) if s.code() == Code::FailedPrecondition => Some(LedgerOutput::Conflict),
-            Err(s) if is_refusal(s.code()) => return,
-            Err(_) => None,
-        };
+        let seen = wire::completed(
+            self.ledger()
+                .complete(request)
+                .await
+                .map(|r| r.into_inner()),
+        );
+        if seen == Seen::NoEffect {
+            return;
+        }
+        let output = seen.output();
         self.record(input, call_ms, output);
     }
 
@@ -419,45 +399,13 @@ impl Replica {
             ..Default::default()
         };
         let call_ms = sim_ms();
-        let output = match self.ledger().lookup(request).await {
-            Ok(r) => match r.into_inner().record {
-                Some(record) => LedgerOutput::Found(view_of(&record)),
-                None => return,
-            },
-            Err(s) if s.code() == Code::NotFound => LedgerOutput::NotFound,
-            // A failed read tells nothing and changes nothing.
-            Err(_) => return,
+        let Seen::Answer(output) =
+            wire::looked_up(self.ledger().lookup(request).await.map(|r| r.into_inner()))
+        else {
+            return;
         };
         let input = LedgerInput::Lookup { key: key.into() };
         self.record(input, call_ms, Some(output));
-    }
-}
-
-/// A gRPC code that says the request was refused before it reached the
-/// ledger and changed nothing.
-fn is_refusal(code: Code) -> bool {
-    matches!(code, Code::InvalidArgument | Code::PermissionDenied)
-}
-
-/// What the model compares of a record from the wire.
-fn view_of(record: &pb::LedgerRecord) -> RecordView {
-    let status = match pb::LedgerStatus::try_from(record.status) {
-        Ok(pb::LedgerStatus::InProgress) => Status::InProgress,
-        Ok(pb::LedgerStatus::Succeeded) => Status::Succeeded,
-        Ok(pb::LedgerStatus::Failed) => Status::Failed,
-        Ok(pb::LedgerStatus::Abandoned) => Status::Abandoned,
-        Ok(pb::LedgerStatus::Ambiguous) => Status::Ambiguous,
-        Ok(pb::LedgerStatus::Released | pb::LedgerStatus::Unspecified) | Err(_) => Status::Released,
-    };
-    RecordView {
-        status,
-        attempt: record.attempt_id.clone(),
-        operation_id: record.operation_id.clone(),
-        result: record.result.clone(),
-        lease_expired: record
-            .ambiguity_reason
-            .as_deref()
-            .is_some_and(|r| r.contains("lease")),
     }
 }
 

@@ -26,6 +26,7 @@ mod certs_cmd;
 mod client;
 mod cluster_cmd;
 mod failure;
+mod fault_clock;
 mod gateway_cmd;
 mod health_cmd;
 mod http_get;

@@ -4,7 +4,7 @@ use crate::out::outln;
 use anyhow::{bail, Context};
 use clap::Args;
 use fusebox_server::node::config::{ApiTls, PeerTls};
-use fusebox_server::node::{start, NodeConfig};
+use fusebox_server::node::{start_in, NodeConfig, NodeEnv};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -87,6 +87,16 @@ pub struct ServeArgs {
     /// principal `admin` and switches enforcement on. Implies --auth.
     #[arg(long, env = "FUSEBOX_INIT_AUTH", value_name = "FILE")]
     init_auth: Option<PathBuf>,
+    /// Fault injection, for tests only (tests/nemesis): a file holding a
+    /// signed offset in ms added to this node's wall clock, re-read every
+    /// 100 ms.
+    #[arg(
+        long,
+        env = "FUSEBOX_FAULT_CLOCK_OFFSET_FILE",
+        value_name = "FILE",
+        hide = true
+    )]
+    fault_clock_offset_file: Option<PathBuf>,
 }
 
 /// The node id a host name gives: its trailing `-N` plus one.
@@ -234,7 +244,17 @@ pub(crate) async fn terminated() {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_json);
     let config = config_of(&args)?;
-    let node = start(config.clone()).await.context("starting the node")?;
+    let env = match &args.fault_clock_offset_file {
+        Some(file) => {
+            tracing::warn!(file = %file.display(), "this node's clock is offset by a test's file");
+            crate::fault_clock::env_with_offset_file(file.clone())
+                .context("starting the fault clock")?
+        }
+        None => NodeEnv::system(),
+    };
+    let node = start_in(config.clone(), env)
+        .await
+        .context("starting the node")?;
     outln!(
         "fusebox node {} serving gRPC on {}{}{}{}{} with data in {}",
         config.id,

@@ -14,9 +14,10 @@
 //!
 //! **Assumption: leases never lapse during a run.** The rules are applied at
 //! one fixed instant, [`MODEL_NOW`], so no lease ever expires and retention
-//! never purges. That holds when every lease and the namespace's retention
-//! are longer than the run; [`check_ledger`] verifies the leases (`lease_ms`
-//! must exceed the history's span). If
+//! never purges. That holds when every lease is longer than its key's
+//! sub-history and the namespace's retention longer than the run;
+//! [`check_ledger`] verifies the leases (`lease_ms` must exceed the span of
+//! its key's operations). If
 //! the cluster still shows an expiry (a takeover, a lease-expired ambiguity,
 //! say through a leader's skewed clock) the history is refused as
 //! [`HistoryError::Uncovered`] rather than judged by rules that leave expiry
@@ -33,6 +34,8 @@ use fusebox_core::ledger::{
     ResolveAnswer, ResolveRequest, Status,
 };
 use fusebox_core::{CoreError, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 /// The one instant at which every rule is applied: nothing ever lapses.
@@ -43,7 +46,7 @@ pub const MODEL_NOW: Timestamp = Timestamp::ZERO;
 pub const MODEL_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// What a client asked the ledger.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerInput {
     /// `Begin`: claim the key for an attempt.
     Begin(BeginRequest),
@@ -81,7 +84,7 @@ impl LedgerInput {
 
 /// The part of a record a client compares: from a `LedgerRecord` on the
 /// wire, `lease_expired` being an `ambiguity_reason` that names a lease.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordView {
     /// Where the write stands.
     pub status: Status,
@@ -109,7 +112,7 @@ impl RecordView {
 }
 
 /// An answer as a client saw it; each request has its own answers.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerOutput {
     /// `Begin`: the attempt owns the key.
     Started {
@@ -337,26 +340,32 @@ pub fn ledger_op(
 }
 
 /// Checks a ledger history, after checking the model's assumption that no
-/// lease can lapse within it: every `lease_ms` exceeds the history's span.
+/// lease can lapse within it: every `lease_ms` exceeds the span of its key's
+/// sub-history (from the key's first call to its last event), so no lease
+/// taken on a key can lapse before anything observed of that key.
 pub fn check_ledger(
     history: &[LedgerOp],
     limits: Limits,
 ) -> Result<Verdict<LedgerInput, LedgerOutput>, HistoryError> {
-    let first = history.iter().map(|op| op.call).min().unwrap_or(0);
-    let last = history
-        .iter()
-        .map(|op| op.ret.unwrap_or(0).max(op.call))
-        .max();
-    let span_ms = last.unwrap_or(0).saturating_sub(first);
+    let mut spans: BTreeMap<&str, (Time, Time)> = BTreeMap::new();
     for op in history {
         if op.key != op.input.key() {
             let reason = "its key is not its request's key";
             return Err(HistoryError::Malformed { id: op.id, reason });
         }
+        let end = op.ret.unwrap_or(op.call).max(op.call);
+        let span = spans.entry(op.key.as_str()).or_insert((op.call, end));
+        *span = (span.0.min(op.call), span.1.max(end));
+    }
+    for op in history {
         if let LedgerInput::Begin(req) = &op.input {
+            let (first, last) = spans.get(op.key.as_str()).copied().unwrap_or_default();
+            let span_ms = last.saturating_sub(first);
             if req.lease_ms <= span_ms {
                 let (key, id, lease_ms) = (op.key.clone(), op.id, req.lease_ms);
-                let reason = format!("lease_ms {lease_ms} may lapse within the run ({span_ms} ms)");
+                let reason = format!(
+                    "lease_ms {lease_ms} may lapse within the key's history ({span_ms} ms)"
+                );
                 return Err(HistoryError::Uncovered { key, id, reason });
             }
         }
@@ -600,6 +609,23 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_only_has_to_outlast_its_own_keys_history() {
+        let mut short = b(1, 0, 10, "a", started("a"));
+        if let LedgerInput::Begin(req) = &mut short.input {
+            req.lease_ms = 500;
+        }
+        let mut later = look(2, 5_000, 5_010, O::NotFound);
+        later.key = "key-2".to_owned();
+        later.input = LedgerInput::Lookup {
+            key: "key-2".to_owned(),
+        };
+        assert!(ok(&[short.clone(), later]));
+        let too_late = look(2, 5_000, 5_010, O::Found(view(InProgress, "a")));
+        let err = check_ledger(&[short, too_late], Limits::default()).unwrap_err();
+        assert!(matches!(err, HistoryError::Uncovered { .. }), "{err}");
+    }
+
+    #[test]
     fn refuses_what_the_model_does_not_cover() {
         let (attempt, takeover) = ("b".to_owned(), true);
         let takeover = O::Started { attempt, takeover };
@@ -612,7 +638,10 @@ mod tests {
         let cases = [
             (b(2, 20, 30, "b", takeover), "took over a lapsed lease"),
             (look(2, 20, 30, O::Found(expired)), "shows a lapsed lease"),
-            (b(2, 20, 999, "b", started("b")), "may lapse within"),
+            (
+                b(2, 20, 999, "b", started("b")),
+                "may lapse within the key's",
+            ),
             (b(2, 20, 30, "b", O::NotFound), "not one its request"),
             (b(2, 20, 30, "", started("")), "the request is invalid"),
         ];

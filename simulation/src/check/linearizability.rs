@@ -40,7 +40,7 @@ use std::hash::Hash;
 pub type Time = u64;
 
 /// One operation as its client saw it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Operation<I, O> {
     /// Unique within a history, so reports can name the operation.
     pub id: u64,

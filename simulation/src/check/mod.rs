@@ -5,6 +5,7 @@
 pub mod ledger;
 pub mod ledger_model;
 pub mod linearizability;
+pub mod wire;
 
 use crate::tools::{CONCURRENT_PROBES, NS};
 use crate::world::World;

@@ -1,0 +1,312 @@
+//! The ledger clients: each begins, completes, resolves and looks up keys
+//! of a small set that changes every [`KEY_EPOCH_MS`], through a node
+//! picked at random for each call, and writes every operation it invoked
+//! to its history file (see [`crate::history`]).
+//!
+//! A request the cluster refused before it reached the ledger is left out;
+//! a call that got no answer is recorded without a return; a failed read is
+//! left out (it changed nothing). The model's request is the one the server
+//! sees: the sent protobuf through the server's own conversion.
+
+use crate::cluster::{self, addr};
+use crate::history::HistoryWriter;
+use anyhow::Result;
+use fusebox_api::convert::ledger::{begin_from_proto, complete_from_proto};
+use fusebox_core::ledger::{Decision, ResolveRequest};
+use fusebox_proto::v1 as pb;
+use fusebox_proto::v1::ledger_client::LedgerClient;
+use fusebox_simulation::check::ledger_model::{LedgerInput, LedgerOutput};
+use fusebox_simulation::check::wire::{self, Seen};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// The namespace the test works in.
+pub const NS: &str = "nemesis";
+/// Keys contended for at once.
+const KEYS_AT_ONCE: u64 = 4;
+/// How long one set of keys is in use.
+pub const KEY_EPOCH_MS: u64 = 2_000;
+/// Deadline of one ledger call.
+const RPC_TIMEOUT: Duration = Duration::from_secs(2);
+/// Every begin's lease: the longest the ledger allows, so no lease lapses
+/// within a key's history (the checker's model applies the rules at one
+/// instant, and refuses a history where one could).
+pub const LEASE_MS: u64 = fusebox_core::limits::LEASE_MS_MAX;
+
+/// Milliseconds since the run began: the one clock of every history.
+#[derive(Clone, Copy, Debug)]
+pub struct RunClock(Instant);
+
+impl RunClock {
+    /// Starts counting now.
+    pub fn start() -> RunClock {
+        RunClock(Instant::now())
+    }
+
+    /// Milliseconds since the start.
+    pub fn ms(&self) -> u64 {
+        u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// What the ledger clients share.
+pub struct Ledger {
+    /// The run's clock.
+    pub clock: RunClock,
+    /// Set to stop the clients.
+    pub stop: AtomicBool,
+    /// Every key used, with its first call.
+    pub keys: Mutex<BTreeMap<String, u64>>,
+    /// Operations recorded, by request.
+    pub begins: AtomicU64,
+    /// `Complete`s recorded.
+    pub completes: AtomicU64,
+    /// `Resolve`s recorded.
+    pub resolves: AtomicU64,
+    /// `Lookup`s recorded.
+    pub lookups: AtomicU64,
+    /// Recorded without an answer.
+    pub unknown: AtomicU64,
+    /// Left out: refused before the ledger, or a read that failed.
+    pub left_out: AtomicU64,
+    channels: Vec<Channel>,
+}
+
+impl Ledger {
+    /// Clients' shared state for a cluster of `slots` nodes.
+    pub fn new(clock: RunClock, slots: &[usize]) -> Result<Ledger> {
+        let channels = slots
+            .iter()
+            .map(|s| cluster::channel(&addr(*s), RPC_TIMEOUT))
+            .collect::<Result<_>>()?;
+        Ok(Ledger {
+            clock,
+            stop: AtomicBool::new(false),
+            keys: Mutex::new(BTreeMap::new()),
+            begins: AtomicU64::new(0),
+            completes: AtomicU64::new(0),
+            resolves: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
+            unknown: AtomicU64::new(0),
+            left_out: AtomicU64::new(0),
+            channels,
+        })
+    }
+
+    /// Operations recorded so far.
+    pub fn recorded(&self) -> u64 {
+        [&self.begins, &self.completes, &self.resolves, &self.lookups]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn note_key(&self, key: &str, call: u64) {
+        if let Ok(mut keys) = self.keys.lock() {
+            keys.entry(key.to_owned()).or_insert(call);
+        }
+    }
+
+    /// Keys first used at or after `since_ms`.
+    pub fn keys_since(&self, since_ms: u64) -> Vec<String> {
+        let keys = self.keys.lock().map(|k| k.clone()).unwrap_or_default();
+        keys.into_iter()
+            .filter(|(_, first)| *first >= since_ms)
+            .map(|(key, _)| key)
+            .collect()
+    }
+}
+
+/// One client: its history, its generator and its count of operations.
+pub struct Client {
+    name: String,
+    shared: Arc<Ledger>,
+    history: HistoryWriter,
+    rng: fastrand::Rng,
+    n: u64,
+}
+
+impl Client {
+    /// Client `name`, writing to `history`.
+    pub fn new(name: String, shared: Arc<Ledger>, history: HistoryWriter, seed: u64) -> Client {
+        Client {
+            name,
+            shared,
+            history,
+            rng: fastrand::Rng::with_seed(seed),
+            n: 0,
+        }
+    }
+
+    fn ledger(&mut self) -> LedgerClient<Channel> {
+        let i = self.rng.usize(0..self.shared.channels.len());
+        LedgerClient::new(self.shared.channels[i].clone())
+    }
+
+    /// Records an operation invoked at `call` that `seen` settled;
+    /// returns its output.
+    fn record(&self, input: LedgerInput, call: u64, seen: Seen) -> Result<Option<LedgerOutput>> {
+        let counter = match &input {
+            LedgerInput::Begin(_) => &self.shared.begins,
+            LedgerInput::Complete(_) => &self.shared.completes,
+            LedgerInput::Resolve(_) => &self.shared.resolves,
+            LedgerInput::Lookup { .. } => &self.shared.lookups,
+        };
+        if seen == Seen::NoEffect {
+            self.shared.left_out.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        counter.fetch_add(1, Ordering::Relaxed);
+        let output = seen.output();
+        let ret = output.as_ref().map(|_| self.shared.clock.ms());
+        if ret.is_none() {
+            self.shared.unknown.fetch_add(1, Ordering::Relaxed);
+        }
+        self.history.record(input, call, ret, output.clone())?;
+        Ok(output)
+    }
+
+    /// Runs until the shared stop flag is set; writes out its history.
+    pub async fn run(mut self) -> Result<()> {
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let now = self.shared.clock.ms();
+            let key = format!("e{}-k{}", now / KEY_EPOCH_MS, self.rng.u64(0..KEYS_AT_ONCE));
+            match self.rng.u8(0..100) {
+                0..70 => self.begin_and_complete(&key).await?,
+                70..90 => self.lookup(&key).await?,
+                _ => {
+                    // Read back a key of an earlier set.
+                    let since = now.saturating_sub(60_000);
+                    let old = self.shared.keys_since(since);
+                    if let Some(key) = self.rng.choice(old.iter()) {
+                        self.lookup(key).await?;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(self.rng.u64(0..20))).await;
+        }
+        self.history.flush()
+    }
+
+    async fn begin_and_complete(&mut self, key: &str) -> Result<()> {
+        self.n += 1;
+        let attempt = format!("{}-a{}", self.name, self.n);
+        let request = pb::BeginRequest {
+            namespace: NS.into(),
+            key: key.into(),
+            fingerprint: key.as_bytes().to_vec(),
+            intent_id: format!("{}-i{}", self.name, self.n),
+            server: "billing".into(),
+            tool: "charge".into(),
+            target: "account-1".into(),
+            effect: pb::Effect::NonIdempotentWrite as i32,
+            attempt_id: attempt.clone(),
+            lease_ms: LEASE_MS,
+            ..Default::default()
+        };
+        let (_, model) = begin_from_proto(&request)?;
+        let call = self.shared.clock.ms();
+        self.shared.note_key(key, call);
+        let answer = self.ledger().begin(request).await.map(|r| r.into_inner());
+        let output = self.record(LedgerInput::Begin(model), call, wire::begun(answer))?;
+        match output {
+            Some(LedgerOutput::Started {
+                attempt: holder, ..
+            }) if holder == attempt => {
+                // "Execute" the write, then say how it ended.
+                tokio::time::sleep(Duration::from_millis(self.rng.u64(5..60))).await;
+                self.complete(key, &attempt).await
+            }
+            Some(LedgerOutput::Ambiguous(_)) if self.rng.bool() => self.resolve(key).await,
+            _ => Ok(()),
+        }
+    }
+
+    async fn complete(&mut self, key: &str, attempt: &str) -> Result<()> {
+        use pb::complete_request::Outcome;
+        let reason = "told by the nemesis test".to_owned();
+        let outcome = match self.rng.u8(0..100) {
+            0..75 => Outcome::Succeeded(pb::CompleteSucceeded {
+                operation_id: format!("op-{attempt}"),
+                result: format!("{attempt}-done").into_bytes(),
+            }),
+            75..90 => Outcome::FailedBeforeExecution(pb::CompleteFailedBeforeExecution { reason }),
+            _ => Outcome::Ambiguous(pb::CompleteAmbiguous { reason }),
+        };
+        let request = pb::CompleteRequest {
+            namespace: NS.into(),
+            key: key.into(),
+            attempt_id: attempt.into(),
+            outcome: Some(outcome),
+            ..Default::default()
+        };
+        let (_, model) = complete_from_proto(&request)?;
+        let call = self.shared.clock.ms();
+        let answer = self
+            .ledger()
+            .complete(request)
+            .await
+            .map(|r| r.into_inner());
+        self.record(LedgerInput::Complete(model), call, wire::completed(answer))?;
+        Ok(())
+    }
+
+    async fn resolve(&mut self, key: &str) -> Result<()> {
+        let done = self.rng.bool();
+        let operation_id = format!("resolved-{}-{}", self.name, self.n);
+        let (actor, note) = (
+            "nemesis-operator".to_owned(),
+            "settled by the test".to_owned(),
+        );
+        let request = pb::ResolveRequest {
+            namespace: NS.into(),
+            key: key.into(),
+            decision: if done {
+                pb::ResolutionDecision::Done
+            } else {
+                pb::ResolutionDecision::NotDone
+            } as i32,
+            operation_id: done.then(|| operation_id.clone()),
+            actor: actor.clone(),
+            note: note.clone(),
+            ..Default::default()
+        };
+        let decision = if done {
+            Decision::Done { operation_id }
+        } else {
+            Decision::NotDone
+        };
+        let model = ResolveRequest {
+            key: key.into(),
+            decision,
+            actor,
+            note,
+        };
+        let call = self.shared.clock.ms();
+        let answer = self.ledger().resolve(request).await.map(|r| r.into_inner());
+        self.record(LedgerInput::Resolve(model), call, wire::resolved(answer))?;
+        Ok(())
+    }
+
+    /// A linearizable read of `key`.
+    pub async fn lookup(&mut self, key: &str) -> Result<()> {
+        let request = pb::LookupRequest {
+            namespace: NS.into(),
+            key: key.into(),
+            ..Default::default()
+        };
+        let call = self.shared.clock.ms();
+        let answer = self.ledger().lookup(request).await.map(|r| r.into_inner());
+        let input = LedgerInput::Lookup { key: key.into() };
+        self.record(input, call, wire::looked_up(answer))?;
+        Ok(())
+    }
+
+    /// Writes out what is buffered.
+    pub fn flush(&self) -> Result<()> {
+        self.history.flush()
+    }
+}
