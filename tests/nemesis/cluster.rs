@@ -45,6 +45,8 @@ struct Node {
 pub struct Cluster {
     lab: Lab,
     fusebox: PathBuf,
+    /// A bug every node is started with (`serve --fault-inject-bug`).
+    bug: Option<String>,
     dir: PathBuf,
     nodes: BTreeMap<usize, Node>,
 }
@@ -68,13 +70,15 @@ pub fn channel(addr: &str, timeout: Duration) -> Result<Channel> {
 }
 
 impl Cluster {
-    /// Starts `lab.slots()` nodes forming one cluster, node ids = slots.
-    pub fn start(lab: Lab, fusebox: PathBuf, dir: PathBuf) -> Result<Cluster> {
+    /// Starts `lab.slots()` nodes forming one cluster, node ids = slots,
+    /// each with `bug` injected when one is named.
+    pub fn start(lab: Lab, fusebox: PathBuf, dir: PathBuf, bug: Option<String>) -> Result<Cluster> {
         std::fs::create_dir_all(dir.join("logs"))?;
         let mut cluster = Cluster {
             nodes: BTreeMap::new(),
             lab,
             fusebox,
+            bug,
             dir,
         };
         for slot in 1..=cluster.lab.slots() {
@@ -142,7 +146,11 @@ impl Cluster {
             .join(",");
         let listen = format!("{}:{NODE_PORT}", node_ip(slot));
         let data = self.dir.join(format!("data-{slot}"));
-        let child = Command::new("ip")
+        let mut command = Command::new("ip");
+        if let Some(bug) = &self.bug {
+            command.env("FUSEBOX_FAULT_INJECT_BUG", bug);
+        }
+        let child = command
             .args(["netns", "exec", &lab::ns_of(slot)])
             .arg(&self.fusebox)
             .args(["serve", "--id", &slot.to_string(), "--listen", &listen])

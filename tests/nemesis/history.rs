@@ -142,7 +142,20 @@ pub fn check_dir(dir: &Path) -> Result<Judged> {
         .len();
     let (problem, undecided) = match check_ledger(&ops, Limits::default()) {
         Ok(Verdict::Linearizable) => (None, None),
-        Ok(Verdict::Violation(v)) => (Some(format!("not linearizable: {v}")), None),
+        Ok(Verdict::Violation(v)) => {
+            // The evidence (every operation of the key) goes to a file
+            // beside the histories; the problem names it.
+            let evidence = dir.join("violation.txt");
+            std::fs::write(&evidence, v.to_string())?;
+            let problem = format!(
+                "not linearizable: key {:?} ({} operations; longest linearizable order ends after #{}); the evidence is in {}",
+                v.key,
+                v.ops.len(),
+                v.longest_prefix.last().map_or_else(|| "-".to_owned(), u64::to_string),
+                evidence.display()
+            );
+            (Some(problem), None)
+        }
         Ok(Verdict::Unknown { key, reason }) => (None, Some(format!("key {key}: {reason:?}"))),
         Err(e) => (Some(format!("history refused: {e}")), None),
     };

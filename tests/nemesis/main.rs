@@ -14,8 +14,11 @@
 //! - no node exited by itself, and every node is a voter again.
 //!
 //! It is an integration test of its own (`harness = false`): `cargo test`
-//! runs it with no arguments, which is a bounded run (150 s of faults,
-//! `FUSEBOX_NEMESIS_DURATION` to change it). Called with a subcommand it
+//! runs it with no arguments, which is two runs: 45 s with the leader cut
+//! off again and again and a real bug injected into every node (reads
+//! served without confirming leadership), which the checks must catch, and
+//! then the bounded run (150 s of faults, `FUSEBOX_NEMESIS_DURATION` to
+//! change it). Called with a subcommand it
 //! does that instead: `run --duration 2h` for a long run, `check DIR` to
 //! re-check the histories a run left, and `relay`, the relay a run starts in
 //! each namespace (this binary again). Needs root (network namespaces,
@@ -65,6 +68,9 @@ enum Command {
         /// A run's `history` directory.
         dir: PathBuf,
     },
+    /// What `cargo test` runs: these runs in turn.
+    #[command(skip)]
+    Test(Vec<RunArgs>),
     /// The delaying relay a run puts in front of each node (internal).
     #[command(hide = true)]
     Relay {
@@ -100,15 +106,28 @@ struct RunArgs {
     /// Nodes.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(3..=9))]
     nodes: u64,
+    /// Only these faults (comma-separated names, as the run prints them).
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<nemesis::Fault>,
+    /// Start every node with this bug (`serve --fault-inject-bug`, e.g.
+    /// `skip-read-linearizer`), to show the checks catch it.
+    #[arg(long)]
+    inject_bug: Option<String>,
+    /// Pass only if the checks find a violation (with `--inject-bug`).
+    #[arg(long)]
+    expect_violation: bool,
 }
 
+/// How long `cargo test`'s run with an injected bug applies its faults.
+const BUG_RUN: Duration = Duration::from_secs(45);
 /// Longest a cluster may take to elect its first leader.
 const FIRST_LEADER_WITHIN: Duration = Duration::from_secs(60);
 /// Longest the nodes may take to agree after the heal.
 const AGREE_WITHIN: Duration = Duration::from_secs(60);
 
-/// The command `cargo test` means: the bounded run, or nothing when a test
-/// filter leaves this test out or only a list is asked for.
+/// What `cargo test` means: a short run with a bug injected that must be
+/// caught, then the bounded run; or nothing when a test filter leaves this
+/// test out or only a list is asked for.
 fn as_test(args: &[String]) -> Option<Command> {
     if args.iter().any(|a| a == "--list") {
         println!("nemesis: test");
@@ -147,14 +166,29 @@ fn as_test(args: &[String]) -> Option<Command> {
     let seed = std::env::var("FUSEBOX_NEMESIS_SEED")
         .ok()
         .and_then(|s| s.parse().ok());
-    Some(Command::Run(RunArgs {
+    let run = |duration, faults, inject_bug: Option<&str>, seed| RunArgs {
         duration,
         fusebox: PathBuf::from(env!("CARGO_BIN_EXE_fusebox")),
         out: None,
         seed,
         clients: 6,
         nodes: 5,
-    }))
+        faults,
+        expect_violation: inject_bug.is_some(),
+        inject_bug: inject_bug.map(str::to_owned),
+    };
+    Some(Command::Test(vec![
+        // First, that the checks catch a real bug on this network: nodes
+        // that serve reads without confirming they still lead, with the
+        // leader cut off over and over.
+        run(
+            BUG_RUN,
+            vec![nemesis::Fault::IsolateLeader],
+            Some("skip-read-linearizer"),
+            seed,
+        ),
+        run(duration, Vec::new(), None, seed),
+    ]))
 }
 
 fn main() -> std::process::ExitCode {
@@ -176,6 +210,13 @@ fn main() -> std::process::ExitCode {
     let outcome = runtime.block_on(async {
         match command {
             Command::Run(args) => run(args).await,
+            Command::Test(runs) => {
+                for args in runs {
+                    run(args).await?;
+                    println!();
+                }
+                Ok(())
+            }
             Command::Check { dir } => check(&dir),
             Command::Relay {
                 listen,
@@ -258,13 +299,17 @@ async fn run_in(args: &RunArgs, out: &Path) -> Result<()> {
         .with_context(|| format!("finding {}", args.fusebox.display()))?;
     let history_dir = out.join("history");
     println!(
-        "nemesis: {slots} nodes, faults for {}, {} ledger clients, seed {seed}, out {}",
+        "nemesis: {slots} nodes, faults for {}, {} ledger clients, seed {seed}, out {}{}",
         humantime::format_duration(args.duration),
         args.clients,
-        out.display()
+        out.display(),
+        args.inject_bug
+            .as_ref()
+            .map_or_else(String::new, |b| format!(", bug injected: {b}"))
     );
     let lab = lab::Lab::create(slots)?;
-    let mut cluster = Cluster::start(lab, fusebox, out.to_path_buf())?;
+    let bug = args.inject_bug.clone();
+    let mut cluster = Cluster::start(lab, fusebox, out.to_path_buf(), bug)?;
     let clock = RunClock::start();
     wait_leader(&cluster).await?;
     say(&clock, "a leader is elected");
@@ -290,7 +335,7 @@ async fn run_in(args: &RunArgs, out: &Path) -> Result<()> {
     }
     side.spawn(breakers.clone().watch());
 
-    let mut nemesis = Nemesis::new(seed);
+    let mut nemesis = Nemesis::new(seed, &args.faults);
     let mut violations = Vec::new();
     let end = tokio::time::Instant::now() + args.duration;
     while tokio::time::Instant::now() < end {
@@ -411,14 +456,19 @@ async fn run_in(args: &RunArgs, out: &Path) -> Result<()> {
     for v in &violations {
         println!("  - {v}");
     }
-    if !violations.is_empty() {
-        bail!(
+    match (violations.is_empty(), args.expect_violation) {
+        (true, false) => Ok(()),
+        (false, false) => bail!(
             "{} violations (histories and logs in {})",
             violations.len(),
             out.display()
-        );
+        ),
+        (false, true) => {
+            println!("a violation was expected (--expect-violation), and found");
+            Ok(())
+        }
+        (true, true) => bail!("a violation was expected (--expect-violation), and none was found"),
     }
-    Ok(())
 }
 
 /// Nodes whose process ended without being killed by the test.

@@ -56,7 +56,8 @@ impl fmt::Display for Fault {
     }
 }
 
-const ALL: [Fault; 10] = [
+/// Every kind of fault.
+pub const ALL: [Fault; 10] = [
     Fault::Halves,
     Fault::Bridge,
     Fault::OneWay,
@@ -69,9 +70,23 @@ const ALL: [Fault; 10] = [
     Fault::Membership,
 ];
 
+impl std::str::FromStr for Fault {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Fault, String> {
+        ALL.into_iter()
+            .find(|f| f.to_string() == name)
+            .ok_or_else(|| {
+                let names: Vec<String> = ALL.iter().map(Fault::to_string).collect();
+                format!("no fault {name:?}; the faults are {}", names.join(", "))
+            })
+    }
+}
+
 /// The schedule's state and what it did.
 pub struct Nemesis {
     rng: fastrand::Rng,
+    kinds: Vec<Fault>,
     round: Vec<Fault>,
     /// Faults applied, by kind.
     pub applied: BTreeMap<Fault, u64>,
@@ -85,10 +100,16 @@ fn set(slots: &[usize]) -> String {
 }
 
 impl Nemesis {
-    /// A schedule drawn from `seed`.
-    pub fn new(seed: u64) -> Nemesis {
+    /// A schedule of `kinds` (every kind when empty) drawn from `seed`.
+    pub fn new(seed: u64, kinds: &[Fault]) -> Nemesis {
+        let kinds = if kinds.is_empty() {
+            ALL.to_vec()
+        } else {
+            kinds.to_vec()
+        };
         Nemesis {
             rng: fastrand::Rng::with_seed(seed),
+            kinds,
             round: Vec::new(),
             applied: BTreeMap::new(),
             membership_changes: 0,
@@ -108,7 +129,7 @@ impl Nemesis {
     /// The next fault kind: every kind once per round.
     pub fn next_fault(&mut self) -> Fault {
         if self.round.is_empty() {
-            self.round = ALL.to_vec();
+            self.round = self.kinds.clone();
             self.rng.shuffle(&mut self.round);
         }
         self.round.pop().unwrap_or(Fault::Loss)

@@ -97,6 +97,24 @@ pub struct ServeArgs {
         hide = true
     )]
     fault_clock_offset_file: Option<PathBuf>,
+    /// Fault injection, for tests only (tests/nemesis): a real bug to have,
+    /// so a test can show its checker catches it. `skip-read-linearizer`:
+    /// answer linearizable reads from local state without confirming
+    /// leadership, so a deposed leader serves stale records.
+    #[arg(
+        long,
+        env = "FUSEBOX_FAULT_INJECT_BUG",
+        value_name = "BUG",
+        hide = true
+    )]
+    fault_inject_bug: Option<InjectedBug>,
+}
+
+/// The bugs `--fault-inject-bug` can give a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InjectedBug {
+    /// Linearizable reads served from local state without a leadership check.
+    SkipReadLinearizer,
 }
 
 /// The node id a host name gives: its trailing `-N` plus one.
@@ -244,7 +262,7 @@ pub(crate) async fn terminated() {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_json);
     let config = config_of(&args)?;
-    let env = match &args.fault_clock_offset_file {
+    let mut env = match &args.fault_clock_offset_file {
         Some(file) => {
             tracing::warn!(file = %file.display(), "this node's clock is offset by a test's file");
             crate::fault_clock::env_with_offset_file(file.clone())
@@ -252,6 +270,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => NodeEnv::system(),
     };
+    if let Some(bug) = args.fault_inject_bug {
+        tracing::warn!(?bug, "this node has a bug injected on purpose, for a test");
+        match bug {
+            InjectedBug::SkipReadLinearizer => env.bugs.skip_read_linearizer = true,
+        }
+    }
     let node = start_in(config.clone(), env)
         .await
         .context("starting the node")?;
