@@ -5,8 +5,10 @@
 //! itself. So the client needs no leader tracking to be correct; it prefers
 //! the node that answered last, moves on when a node is UNAVAILABLE, and
 //! jumps to the leader when a node says NOT_LEADER and names one on the
-//! list. Every call has a deadline: each try gets what is left of it, and
-//! the server learns it through `grpc-timeout`.
+//! list. When every node has said UNAVAILABLE (an election), it pauses and
+//! goes round again rather than giving up while the deadline allows. Every
+//! call has a deadline: each try gets what is left of it, and the server
+//! learns it through `grpc-timeout`.
 
 use crate::error::ClientError;
 use fusebox_proto::bearer::Bearer;
@@ -21,6 +23,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
+
+/// The first pause after every node answered UNAVAILABLE.
+pub(crate) const RETRY_PAUSE_INITIAL: Duration = Duration::from_millis(50);
+/// The longest pause between two rounds of tries.
+pub(crate) const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
+/// Most tries of one call, whatever its deadline.
+pub(crate) const TRIES_MAX: usize = 64;
 
 /// One lazily connected channel per node.
 #[derive(Debug)]
@@ -105,7 +114,10 @@ impl Endpoints {
 
     /// Calls `f` on one node after another until one answers, within
     /// `deadline` in all. `f` gets a channel and builds the request; its
-    /// message is cloned per try.
+    /// message is cloned per try. UNAVAILABLE from every node in turn (no
+    /// leader yet) is retried after a pause that doubles from
+    /// [`RETRY_PAUSE_INITIAL`] to [`RETRY_PAUSE_MAX`], as long as the
+    /// deadline allows, at most [`TRIES_MAX`] tries.
     pub(crate) async fn call<Req, Resp, F, Fut>(
         &self,
         operation: &'static str,
@@ -121,8 +133,8 @@ impl Endpoints {
         let started = Instant::now();
         let mut last = String::from("no node tried");
         let mut offset = 0;
-        let tries = self.nodes.len() + 1;
-        for _ in 0..tries {
+        let (mut refusals, mut pause) = (0, RETRY_PAUSE_INITIAL);
+        for _ in 0..TRIES_MAX {
             let left = deadline.saturating_sub(started.elapsed());
             if left.is_zero() {
                 break;
@@ -146,6 +158,16 @@ impl Endpoints {
                         }
                         None => offset + 1,
                     };
+                    // Every node said no (an election, a leader that lost
+                    // its quorum): wait a little, then go round again, until
+                    // the deadline.
+                    refusals += 1;
+                    if refusals >= self.nodes.len() {
+                        refusals = 0;
+                        let left = deadline.saturating_sub(started.elapsed());
+                        tokio::time::sleep(pause.min(left)).await;
+                        pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                    }
                 }
                 Ok(Err(status)) => return Err(refused(operation, &status)),
                 Err(_) => {
@@ -180,5 +202,60 @@ pub(crate) fn refused(operation: &'static str, status: &Status) -> ClientError {
         code: status.code(),
         error_code: detail.as_ref().map(|d| d.code),
         message: status.message().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    fn endpoints() -> Endpoints {
+        let addresses = ["127.0.0.1:1".to_owned(), "127.0.0.1:2".to_owned()];
+        Endpoints::new(&addresses, Duration::from_millis(100), &Net::Tcp, None, None)
+            .expect("endpoints")
+    }
+
+    /// Answers UNAVAILABLE (no leader named) `refusals` times, then `7`.
+    async fn call_refused(
+        endpoints: &Endpoints,
+        refusals: u32,
+        deadline: Duration,
+    ) -> (Result<u32, ClientError>, u32) {
+        let tries = AtomicU32::new(0);
+        let answer = endpoints
+            .call("test", deadline, (), |_, _| {
+                let n = tries.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    if n < refusals {
+                        Err(Status::unavailable("no leader is known"))
+                    } else {
+                        Ok(Response::new(7))
+                    }
+                }
+            })
+            .await;
+        (answer, tries.load(Ordering::Relaxed))
+    }
+
+    #[tokio::test]
+    async fn an_election_is_waited_out_within_the_deadline() {
+        // Five refusals: more than two rounds of the two nodes.
+        let (answer, tries) = call_refused(&endpoints(), 5, Duration::from_secs(5)).await;
+        assert_eq!(answer.expect("answered after the election"), 7);
+        assert_eq!(tries, 6);
+    }
+
+    #[tokio::test]
+    async fn refusals_end_at_the_deadline_or_the_bound_on_tries() {
+        let started = Instant::now();
+        let deadline = Duration::from_millis(300);
+        let (answer, tries) = call_refused(&endpoints(), u32::MAX, deadline).await;
+        assert!(
+            matches!(answer, Err(ClientError::ClusterUnavailable { .. })),
+            "{answer:?}"
+        );
+        assert!(started.elapsed() >= deadline, "gave up before the deadline");
+        assert!((2..=TRIES_MAX as u32).contains(&tries), "{tries} tries");
     }
 }

@@ -436,9 +436,14 @@ impl LocalView {
             Event::Snapshot(chunk) => {
                 if let Some(done) = self.add_chunk(&mut data, chunk) {
                     self.install(&mut data, done);
-                } else {
-                    return;
+                    // A snapshot replaces the whole view, so its revision
+                    // is the view's now, even below the one held (a node
+                    // behind answered the resume): a later resume must ask
+                    // for every event after it, or the events between the
+                    // two would never come.
+                    data.revision = Some(event.revision);
                 }
+                return;
             }
             Event::Breaker(view) => {
                 if let Some(view) = view_from_proto(&self.namespace, &view) {
@@ -664,5 +669,42 @@ fn remove(data: &mut Data, key: &BreakerKey) {
     };
     if removed {
         data.breakers = data.breakers.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(revision: u64, event: Event) -> pb::WatchEvent {
+        pb::WatchEvent {
+            revision,
+            event: Some(event),
+            ..Default::default()
+        }
+    }
+
+    fn snapshot() -> Event {
+        Event::Snapshot(pb::WatchSnapshot {
+            last_chunk: true,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_snapshot_from_a_node_behind_takes_the_view_back_to_its_revision() {
+        let ns = Namespace::new("fleet").expect("namespace");
+        let view = LocalView::new(ns, 15_000, 5_000).expect("view");
+        view.apply(event(10, snapshot()));
+        let beat = Event::Heartbeat(pb::WatchHeartbeat::default());
+        view.apply(event(40, beat));
+        assert_eq!(view.revision(), Some(40));
+        // A resume answered by a node that has applied only up to 25.
+        view.apply(event(25, snapshot()));
+        assert_eq!(view.revision(), Some(25), "the resume must ask from 25");
+        // Events still only move it forward.
+        view.apply(event(31, Event::ResyncRequired(Default::default())));
+        view.apply(event(30, Event::ResyncRequired(Default::default())));
+        assert_eq!(view.revision(), Some(31));
     }
 }
