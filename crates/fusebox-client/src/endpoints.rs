@@ -212,8 +212,14 @@ mod tests {
 
     fn endpoints() -> Endpoints {
         let addresses = ["127.0.0.1:1".to_owned(), "127.0.0.1:2".to_owned()];
-        Endpoints::new(&addresses, Duration::from_millis(100), &Net::Tcp, None, None)
-            .expect("endpoints")
+        Endpoints::new(
+            &addresses,
+            Duration::from_millis(100),
+            &Net::Tcp,
+            None,
+            None,
+        )
+        .expect("endpoints")
     }
 
     /// Answers UNAVAILABLE (no leader named) `refusals` times, then `7`.

@@ -680,7 +680,6 @@ mod tests {
         pb::WatchEvent {
             revision,
             event: Some(event),
-            ..Default::default()
         }
     }
 
