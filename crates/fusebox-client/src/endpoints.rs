@@ -82,9 +82,12 @@ impl Endpoints {
             let channel = net.channel_tls(endpoint.connect_timeout(connect_timeout), tls.as_ref());
             nodes.push((address.clone(), channel));
         }
+        // Each replica starts at a node of its own, so a fleet given one
+        // list spreads its watch streams and calls over the nodes.
+        let first = fastrand::usize(..nodes.len().max(1));
         Ok(Endpoints {
             nodes,
-            preferred: AtomicUsize::new(0),
+            preferred: AtomicUsize::new(first),
             bearer,
         })
     }
