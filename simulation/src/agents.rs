@@ -40,9 +40,37 @@ pub const LEDGER_KEY_EPOCH_MS: u64 = 2_000;
 pub const CONVERGE_BOUND_MS: u64 = 20_000;
 /// Deadline of one raw ledger call.
 const LEDGER_RPC_TIMEOUT: Duration = Duration::from_secs(2);
-/// Lease of a raw `begin`: longer than any run, so no lease lapses (the
-/// history model assumes none does).
-const LEDGER_LEASE_MS: u64 = 600_000;
+/// The leases a raw `begin` asks for: half of them short enough to lapse
+/// while the attempt runs (see [`LEDGER_SLOW_RUN_MS`]), so the checker
+/// judges takeovers and lapsed-lease ambiguity too, half as long as a run.
+const LEDGER_LEASE_MS: [u64; 4] = [250, 800, 600_000, 600_000];
+/// How long an attempt "runs" between its `begin` and its `complete`:
+/// usually briefly, one time in eight past most short leases.
+const LEDGER_RUN_MS: std::ops::Range<u64> = 5..60;
+/// The slow attempts' run.
+const LEDGER_SLOW_RUN_MS: std::ops::Range<u64> = 200..1_500;
+
+/// The effect class of the write behind a raw ledger key: one key in two is
+/// idempotent (a lapsed lease is taken over), the other not (it becomes
+/// ambiguous). Decided by the key, so every attempt at a key agrees.
+fn ledger_effect(key: &str) -> (EffectClass, pb::Effect) {
+    if key.bytes().last().is_some_and(|b| b % 2 == 0) {
+        (EffectClass::IdempotentWrite, pb::Effect::IdempotentWrite)
+    } else {
+        (
+            EffectClass::NonIdempotentWrite,
+            pb::Effect::NonIdempotentWrite,
+        )
+    }
+}
+
+/// Now on the clients' clock in Unix ms, the servers' time base: ledger
+/// histories are taken on it so the checker can compare their times with
+/// leases (the servers' clocks are off it by at most
+/// [`crate::faults::CLOCK_SKEW_MS_MAX`]).
+fn client_ms() -> u64 {
+    sim_clock_ms(0)
+}
 
 /// The tools of a run.
 pub struct Tools {
@@ -304,7 +332,7 @@ impl Replica {
     }
 
     fn record(&self, input: LedgerInput, call_ms: u64, output: Option<LedgerOutput>) {
-        let return_ms = output.as_ref().map(|_| sim_ms());
+        let return_ms = output.as_ref().map(|_| client_ms());
         self.world
             .log(&self.name, format!("ledger {input:?} -> {output:?}"));
         let mut ops = self.world.ledger_ops.borrow_mut();
@@ -314,6 +342,8 @@ impl Replica {
 
     pub(crate) async fn begin_and_complete(&mut self, key: &str) {
         let attempt = format!("{}-a{}", self.name, self.ops);
+        let (effect, wire_effect) = ledger_effect(key);
+        let lease_ms = LEDGER_LEASE_MS[self.rng.usize(0..LEDGER_LEASE_MS.len())];
         let intent = format!("{}-intent-{}", self.name, self.ops);
         let request = pb::BeginRequest {
             namespace: NS.into(),
@@ -323,9 +353,9 @@ impl Replica {
             server: "billing".into(),
             tool: "charge".into(),
             target: "account-1".into(),
-            effect: pb::Effect::NonIdempotentWrite as i32,
+            effect: wire_effect as i32,
             attempt_id: attempt.clone(),
-            lease_ms: LEDGER_LEASE_MS,
+            lease_ms,
             ..Default::default()
         };
         let Ok(tool) = ToolName::new("charge") else {
@@ -339,11 +369,11 @@ impl Replica {
             intent_id: intent,
             tool,
             target: "account-1".into(),
-            effect: EffectClass::NonIdempotentWrite,
+            effect,
             attempt: attempt.clone(),
-            lease_ms: LEDGER_LEASE_MS,
+            lease_ms,
         });
-        let call_ms = sim_ms();
+        let call_ms = client_ms();
         let seen = wire::begun(self.ledger().begin(request).await.map(|r| r.into_inner()));
         if seen == Seen::NoEffect {
             return;
@@ -356,7 +386,11 @@ impl Replica {
             return;
         }
         // "Execute" the write, then record its result.
-        tokio::time::sleep(Duration::from_millis(self.rng.u64(5..60))).await;
+        let run = match self.rng.u8(0..8) {
+            0 => LEDGER_SLOW_RUN_MS,
+            _ => LEDGER_RUN_MS,
+        };
+        tokio::time::sleep(Duration::from_millis(self.rng.u64(run))).await;
         let result = format!("{attempt}-done").into_bytes();
         let request = pb::CompleteRequest {
             namespace: NS.into(),
@@ -378,7 +412,7 @@ impl Replica {
                 result,
             },
         });
-        let call_ms = sim_ms();
+        let call_ms = client_ms();
         let seen = wire::completed(
             self.ledger()
                 .complete(request)
@@ -398,7 +432,7 @@ impl Replica {
             key: key.into(),
             ..Default::default()
         };
-        let call_ms = sim_ms();
+        let call_ms = client_ms();
         let Seen::Answer(output) =
             wire::looked_up(self.ledger().lookup(request).await.map(|r| r.into_inner()))
         else {

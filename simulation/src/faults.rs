@@ -1,12 +1,17 @@
 //! Faults: a schedule drawn from the seed, applied and undone by the harness
 //! between simulation steps, and healed all at once when the workload ends.
 
+use crate::storage;
 use crate::world::{MembershipTask, World};
 use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::Ordering;
+
+/// The furthest a node's clock is ever set off the simulation's (either
+/// way); the ledger checker allows for it.
+pub const CLOCK_SKEW_MS_MAX: i64 = 800;
 
 /// One fault.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +27,10 @@ pub enum Fault {
     ReplicaCut(u64, u64),
     /// Node `node` crashes and restarts when the fault ends.
     Crash(u64),
+    /// Node `node`'s machine loses power: the process crashes and its
+    /// disk keeps only what was synced ([`crate::storage`]); it restarts
+    /// when the fault ends.
+    PowerLoss(u64),
     /// Messages between `a` and `b` are lost at `rate` (turmoil's link
     /// failure rate).
     Loss(u64, u64, f64),
@@ -41,6 +50,7 @@ impl fmt::Display for Fault {
             Fault::IsolateLeader => f.write_str("isolate the leader"),
             Fault::ReplicaCut(r, n) => write!(f, "cut r{r} from n{n}"),
             Fault::Crash(n) => write!(f, "crash n{n}"),
+            Fault::PowerLoss(n) => write!(f, "power loss of n{n}"),
             Fault::Loss(a, b, rate) => write!(f, "loss {rate:.2} on n{a} <-> n{b}"),
             Fault::Latency(ms) => write!(f, "latency up to {ms} ms"),
             Fault::Skew(n, ms) => write!(f, "clock of n{n} off by {ms} ms"),
@@ -58,6 +68,7 @@ impl Fault {
             Fault::IsolateLeader => "leader isolation",
             Fault::ReplicaCut(..) => "replica cut",
             Fault::Crash(..) => "crash and restart",
+            Fault::PowerLoss(..) => "power loss",
             Fault::Loss(..) => "message loss",
             Fault::Latency(..) => "latency and reordering",
             Fault::Skew(..) => "clock skew",
@@ -106,14 +117,15 @@ pub fn schedule(
             }
             2 => Fault::IsolateLeader,
             3 => Fault::ReplicaCut(rng.u64(1..=replicas), rng.u64(1..=nodes)),
-            4 => Fault::Crash(rng.u64(1..=nodes)),
+            4 if rng.bool() => Fault::Crash(rng.u64(1..=nodes)),
+            4 => Fault::PowerLoss(rng.u64(1..=nodes)),
             5 => {
                 let (a, b) = pair(rng);
                 Fault::Loss(a, b, 0.05 + f64::from(rng.u8(0..20)) / 100.0)
             }
             6 => Fault::Latency(50 + rng.u64(0..250)),
             7 => {
-                let skew = rng.i64(-800..=800);
+                let skew = rng.i64(-CLOCK_SKEW_MS_MAX..=CLOCK_SKEW_MS_MAX);
                 Fault::Skew(rng.u64(1..=nodes), skew)
             }
             _ => Fault::Membership(rng.u64(1..=nodes)),
@@ -188,7 +200,7 @@ impl Injector {
                 isolated = Some(id);
             }
             Fault::ReplicaCut(r, n) => sim.partition(format!("r{r}"), node(*n)),
-            Fault::Crash(n) => {
+            Fault::Crash(n) | Fault::PowerLoss(n) => {
                 let Some(slot) = world.node(*n) else { return };
                 if slot.down.get() {
                     return;
@@ -198,6 +210,22 @@ impl Injector {
                 slot.backend.borrow_mut().take();
                 sim.crash(slot.name.as_str());
                 slot.down.set(true);
+                if matches!(fault, Fault::PowerLoss(_)) {
+                    let dir = slot.data_dir.borrow().clone();
+                    match storage::lose_unsynced(world, &dir) {
+                        Ok(lost) => {
+                            world.log_at(
+                                now_ms,
+                                "fault",
+                                format!("n{n} lost {lost} unsynced WAL bytes"),
+                            );
+                            if lost > 0 {
+                                world.count("power losses that cut the WAL");
+                            }
+                        }
+                        Err(e) => world.violate(now_ms, "power loss", format!("n{n}: {e}")),
+                    }
+                }
             }
             Fault::Loss(a, b, rate) => sim.set_link_fail_rate(node(*a), node(*b), *rate),
             Fault::Latency(ms) => {
@@ -283,7 +311,7 @@ fn undo(sim: &mut turmoil::Sim<'_>, world: &World, active: &Active) {
             }
         }
         Fault::ReplicaCut(r, n) => sim.repair(format!("r{r}"), node(*n)),
-        Fault::Crash(n) => {
+        Fault::Crash(n) | Fault::PowerLoss(n) => {
             if let Some(slot) = world.node(*n) {
                 if slot.down.get() {
                     slot.down.set(false);

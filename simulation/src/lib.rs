@@ -24,6 +24,7 @@ pub mod nodes;
 pub mod operator;
 pub mod run;
 pub mod scenario;
+pub mod storage;
 pub mod tools;
 pub mod trace;
 pub mod world;

@@ -77,6 +77,7 @@ pub fn register(sim: &mut turmoil::Sim<'_>, world: &Rc<World>, data: &Path) {
     for slot in &world.nodes {
         let (world, id) = (world.clone(), slot.id);
         let config = config(id, nodes, data);
+        slot.data_dir.replace(config.data_dir.clone());
         sim.host(slot.name.as_str(), move || {
             let (world, config) = (world.clone(), config.clone());
             async move {

@@ -123,6 +123,7 @@ pub fn run(options: &RunOptions) -> RunReport {
     fastrand::seed(seed);
     fusebox_raft_store::run_inline();
     let world = Rc::new(World::new(seed, options.nodes, options.bugs));
+    crate::storage::witness(&world);
     let data = match tempfile::Builder::new()
         .prefix("fusebox-sim-")
         .tempdir_in(scratch_dir())

@@ -7,10 +7,12 @@
 //! `Send + Sync` environment.
 
 use crate::check::ledger_model::LedgerOp;
+use crate::storage::SyncMark;
 use crate::trace::Trace;
 use fusebox_server::node::{InjectedBugs, RaftBackend};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
@@ -45,6 +47,8 @@ pub struct NodeSlot {
     pub boots: Cell<u64>,
     /// Whether the harness crashed it and has not restarted it yet.
     pub down: Cell<bool>,
+    /// Its data directory (set when it is registered).
+    pub data_dir: RefCell<PathBuf>,
 }
 
 /// A broken invariant.
@@ -107,6 +111,8 @@ pub struct World {
     pub counters: RefCell<BTreeMap<&'static str, u64>>,
     /// The bugs the nodes are told to have.
     pub bugs: InjectedBugs,
+    /// Where each node database's WAL stood at its last sync.
+    pub synced: RefCell<BTreeMap<PathBuf, SyncMark>>,
 }
 
 impl World {
@@ -120,6 +126,7 @@ impl World {
                 skew_ms: Arc::new(AtomicI64::new(0)),
                 boots: Cell::new(0),
                 down: Cell::new(false),
+                data_dir: RefCell::new(PathBuf::new()),
             })
             .collect();
         World {
@@ -137,6 +144,7 @@ impl World {
             violations: RefCell::new(Vec::new()),
             counters: RefCell::new(BTreeMap::new()),
             bugs,
+            synced: RefCell::new(BTreeMap::new()),
         }
     }
 

@@ -7,7 +7,7 @@
 
 use anyhow::{bail, Context, Result};
 use fusebox_simulation::check::ledger_model::{
-    check_ledger, ledger_op, LedgerInput, LedgerOp, LedgerOutput,
+    check_ledger, ledger_op, Clocks, LedgerInput, LedgerOp, LedgerOutput,
 };
 use fusebox_simulation::check::linearizability::{Limits, Verdict};
 use std::collections::BTreeSet;
@@ -140,7 +140,8 @@ pub fn check_dir(dir: &Path) -> Result<Judged> {
         .map(|op| op.key.as_str())
         .collect::<BTreeSet<_>>()
         .len();
-    let (problem, undecided) = match check_ledger(&ops, Limits::default()) {
+    let skew_ms = crate::nemesis::CLOCK_OFFSET_MS_MAX.unsigned_abs();
+    let (problem, undecided) = match check_ledger(&ops, Clocks { skew_ms }, Limits::default()) {
         Ok(Verdict::Linearizable) => (None, None),
         Ok(Verdict::Violation(v)) => {
             // The evidence (every operation of the key) goes to a file

@@ -13,6 +13,7 @@ use crate::history::HistoryWriter;
 use anyhow::Result;
 use fusebox_api::convert::ledger::{begin_from_proto, complete_from_proto};
 use fusebox_core::ledger::{Decision, ResolveRequest};
+use fusebox_core::limits::LEASE_MS_MAX;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_simulation::check::ledger_model::{LedgerInput, LedgerOutput};
@@ -20,7 +21,7 @@ use fusebox_simulation::check::wire::{self, Seen};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tonic::transport::Channel;
 
 /// The namespace the test works in.
@@ -31,24 +32,57 @@ const KEYS_AT_ONCE: u64 = 4;
 pub const KEY_EPOCH_MS: u64 = 2_000;
 /// Deadline of one ledger call.
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
-/// Every begin's lease: the longest the ledger allows, so no lease lapses
-/// within a key's history (the checker's model applies the rules at one
-/// instant, and refuses a history where one could).
-pub const LEASE_MS: u64 = fusebox_core::limits::LEASE_MS_MAX;
+/// The leases a begin asks for: half short enough to lapse while a slow
+/// attempt runs, so the checker judges takeovers and lapsed-lease ambiguity
+/// on a real network too; half the longest the ledger allows.
+const LEASES_MS: [u64; 4] = [300, 1_000, LEASE_MS_MAX, LEASE_MS_MAX];
+/// How long an attempt runs between begin and complete: one time in eight,
+/// longer than most short leases.
+const RUN_MS: std::ops::Range<u64> = 5..60;
+/// The slow attempts' run.
+const SLOW_RUN_MS: std::ops::Range<u64> = 200..2_000;
 
-/// Milliseconds since the run began: the one clock of every history.
+/// The effect class of the write behind a key: one key in two is idempotent
+/// (a lapsed lease is taken over), the other not (it becomes ambiguous).
+/// Decided by the key, so every attempt at it agrees.
+fn effect_of(key: &str) -> pb::Effect {
+    if key.bytes().last().is_some_and(|b| b % 2 == 0) {
+        pb::Effect::IdempotentWrite
+    } else {
+        pb::Effect::NonIdempotentWrite
+    }
+}
+
+/// The one clock of every history: Unix milliseconds, the nodes' time base
+/// (their clocks are this machine's, offset by at most
+/// [`crate::nemesis::CLOCK_OFFSET_MS_MAX`]), counted from a monotonic start
+/// so that it never goes back during a run.
 #[derive(Clone, Copy, Debug)]
-pub struct RunClock(Instant);
+pub struct RunClock {
+    start: Instant,
+    unix_at_start_ms: u64,
+}
 
 impl RunClock {
     /// Starts counting now.
     pub fn start() -> RunClock {
-        RunClock(Instant::now())
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        RunClock {
+            start: Instant::now(),
+            unix_at_start_ms: u64::try_from(unix.as_millis()).unwrap_or(0),
+        }
     }
 
-    /// Milliseconds since the start.
+    /// Milliseconds since the run began.
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Now, in Unix milliseconds.
     pub fn ms(&self) -> u64 {
-        u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.unix_at_start_ms.saturating_add(self.elapsed_ms())
     }
 }
 
@@ -202,9 +236,9 @@ impl Client {
             server: "billing".into(),
             tool: "charge".into(),
             target: "account-1".into(),
-            effect: pb::Effect::NonIdempotentWrite as i32,
+            effect: effect_of(key) as i32,
             attempt_id: attempt.clone(),
-            lease_ms: LEASE_MS,
+            lease_ms: LEASES_MS[self.rng.usize(0..LEASES_MS.len())],
             ..Default::default()
         };
         let (_, model) = begin_from_proto(&request)?;
@@ -217,7 +251,12 @@ impl Client {
                 attempt: holder, ..
             }) if holder == attempt => {
                 // "Execute" the write, then say how it ended.
-                tokio::time::sleep(Duration::from_millis(self.rng.u64(5..60))).await;
+                let run = if self.rng.u8(0..8) == 0 {
+                    SLOW_RUN_MS
+                } else {
+                    RUN_MS
+                };
+                tokio::time::sleep(Duration::from_millis(self.rng.u64(run))).await;
                 self.complete(key, &attempt).await
             }
             Some(LedgerOutput::Ambiguous(_)) if self.rng.bool() => self.resolve(key).await,

@@ -99,6 +99,9 @@ pub(crate) fn enqueue(sink: &FlushSink, callback: IOFlushed<TypeConfig>) -> io::
             let synced = db
                 .flush_wal(true)
                 .map_err(|e| io::Error::other(format!("rocksdb wal fsync: {e}")));
+            if synced.is_ok() {
+                crate::rocks::synced(db);
+            }
             let answer = synced
                 .as_ref()
                 .map(|_| ())

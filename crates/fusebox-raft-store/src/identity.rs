@@ -63,7 +63,9 @@ pub(crate) fn claim(db: &DB, dir: &Path, me: &DirIdentity) -> Result<(), StoreEr
             let mut synced = WriteOptions::default();
             synced.set_sync(true);
             db.put_cf_opt(meta, KEY_IDENTITY, bytes, &synced)
-                .map_err(|e| io(std::io::Error::other(e.to_string())))
+                .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+            crate::rocks::synced(db);
+            Ok(())
         }
     }
 }

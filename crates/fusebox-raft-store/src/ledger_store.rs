@@ -559,6 +559,7 @@ impl LedgerControl {
         options.set_sync(true);
         db.write_opt(batch, &options)
             .map_err(|e| db_error("install ledger snapshot", e))?;
+        crate::rocks::synced(&db);
         inner.counts = counts;
         inner.applied = index;
         inner.pending = Pending::default();

@@ -32,7 +32,7 @@
 
 use crate::codec::{corrupt, decode, encode, index_key, key_index};
 use crate::flusher::{enqueue, Flusher};
-use crate::rocks::{blocking, cf, db_error, CF_LOGS, CF_META};
+use crate::rocks::{self, blocking, cf, db_error, CF_LOGS, CF_META};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
@@ -198,7 +198,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         blocking(move || {
             let meta = cf(&db, CF_META)?;
             db.put_cf_opt(meta, KEY_VOTE, bytes, &synced())
-                .map_err(|e| db_error("save vote", e))
+                .map_err(|e| db_error("save vote", e))?;
+            rocks::synced(&db);
+            Ok(())
         })
         .await?;
         tracing::debug!(%vote, "vote saved");
@@ -259,7 +261,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             batch.delete_range_cf(logs, index_key(start), index_key(u64::MAX));
             batch.delete_cf(logs, index_key(u64::MAX));
             db.write_opt(batch, &synced())
-                .map_err(|e| db_error("truncate log", e))
+                .map_err(|e| db_error("truncate log", e))?;
+            rocks::synced(&db);
+            Ok(())
         })
         .await?;
         tracing::debug!(after = ?last_log_id, "log truncated");

@@ -20,9 +20,10 @@ use crate::error::StoreError;
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode, Options, DB,
 };
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::path::Path;
+use std::rc::Rc;
 
 /// Log entries: key = index (8 bytes, big-endian), value = the encoded entry.
 pub(crate) const CF_LOGS: &str = "logs";
@@ -75,9 +76,35 @@ pub(crate) fn db_error(doing: &str, e: rocksdb::Error) -> io::Error {
     io::Error::other(format!("rocksdb {doing}: {e}"))
 }
 
+/// What [`witness_syncs`] is told: the folder of a database whose WAL was
+/// just synced.
+type SyncWitness = Rc<dyn Fn(&Path)>;
+
 thread_local! {
     /// Set on a thread that runs blocking work inline (see [`run_inline`]).
     static INLINE: Cell<bool> = const { Cell::new(false) };
+    /// Told of every WAL sync made on this thread (see [`witness_syncs`]).
+    static SYNC_WITNESS: RefCell<Option<SyncWitness>> = const { RefCell::new(None) };
+}
+
+/// Tells `witness` the database folder after every WAL sync this thread
+/// makes: an append's sync, and every write made with `sync = true` (a
+/// vote, a truncation, a snapshot pointer, a snapshot's ledger, the
+/// identity).
+///
+/// For the deterministic simulation only, on a thread marked by
+/// [`run_inline`] (where every sync is made on that thread): it learns how
+/// much of each WAL is on disk, so a simulated power loss can cut away what
+/// was written after the last sync, as a real one may.
+pub fn witness_syncs(witness: impl Fn(&Path) + 'static) {
+    SYNC_WITNESS.with(|w| *w.borrow_mut() = Some(Rc::new(witness)));
+}
+
+/// Tells this thread's witness, if any, that `db`'s WAL was just synced.
+pub(crate) fn synced(db: &DB) {
+    if let Some(witness) = SYNC_WITNESS.with(|w| w.borrow().clone()) {
+        witness(db.path());
+    }
 }
 
 /// Makes [`blocking`] run its work inline on this thread from now on.

@@ -388,6 +388,8 @@ impl SnapshotSlot {
         options.set_sync(true);
         self.db
             .write_opt(batch, &options)
-            .map_err(|e| db_error("write snapshot pointer", e))
+            .map_err(|e| db_error("write snapshot pointer", e))?;
+        crate::rocks::synced(&self.db);
+        Ok(())
     }
 }

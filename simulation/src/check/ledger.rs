@@ -3,14 +3,15 @@
 //! key and a lost acknowledged completion, since every key is read back
 //! after the heal), and no non-idempotent write ran twice through the SDK.
 
-use super::ledger_model::check_ledger;
+use super::ledger_model::{check_ledger, Clocks};
 use super::linearizability::{Limits, Verdict};
 use crate::world::World;
 
 /// Judges the run's histories at `end_ms`; violations go to the world.
 pub fn judge(world: &World, end_ms: u64) {
     let ops = world.ledger_ops.borrow().clone();
-    match check_ledger(&ops, Limits::default()) {
+    let skew_ms = crate::faults::CLOCK_SKEW_MS_MAX.unsigned_abs();
+    match check_ledger(&ops, Clocks { skew_ms }, Limits::default()) {
         Ok(Verdict::Linearizable) => {
             world.log_at(
                 end_ms,

@@ -10,18 +10,34 @@
 //! with what the client saw. A bug in the rules themselves is therefore out of
 //! this checker's reach (the core's own tests cover them); what it catches is
 //! the cluster answering unlike one copy of the rules would: two `started`
-//! for one key, an acknowledged completion lost, a stale lookup.
+//! for one key, an acknowledged completion lost, a stale lookup, a lease
+//! taken over or declared lapsed before it could have lapsed, or a lapsed
+//! one still honoured long after.
 //!
-//! **Assumption: leases never lapse during a run.** The rules are applied at
-//! one fixed instant, [`MODEL_NOW`], so no lease ever expires and retention
-//! never purges. That holds when every lease is longer than its key's
-//! sub-history and the namespace's retention longer than the run;
-//! [`check_ledger`] verifies the leases (`lease_ms` must exceed the span of
-//! its key's operations). If
-//! the cluster still shows an expiry (a takeover, a lease-expired ambiguity,
-//! say through a leader's skewed clock) the history is refused as
-//! [`HistoryError::Uncovered`] rather than judged by rules that leave expiry
-//! out.
+//! # Time
+//!
+//! Leases lapse, so the rules depend on when each operation took effect:
+//! the state machine's clock, which follows the leaders' stamps and never
+//! goes back. The model never knows that instant exactly, only bounds on it:
+//! - an operation took effect within its call and return, on a server clock
+//!   at most [`Clocks::skew_ms`] away from the clients' clock (times in the
+//!   history and on the servers are both Unix milliseconds);
+//! - no earlier than an operation of the same key that took effect before
+//!   it (the clock never goes back).
+//!
+//! A key's state therefore carries the earliest instant its last change can
+//! have had ([`KeyState::floor`]) and, while an attempt holds the key, the
+//! span of instants its lease may lapse at ([`KeyState::lease`]). Where an
+//! operation's span of instants straddles that lease, both branches are
+//! tried: the lease still live (the instant before the lapse) or lapsed
+//! (after it), each narrowing the spans it assumed. A lease begun within a
+//! span lapses within the span moved by `lease_ms`. This over-approximates
+//! (spans forget how they relate to each other), so the checker may accept
+//! a history no exact timing explains, never the other way round.
+//!
+//! Retention is left out: records are applied with
+//! [`MODEL_RETENTION_MS`], and [`check_ledger`] refuses a history whose keys
+//! live long enough for the servers' retention to purge them.
 //!
 //! Requests the cluster definitively refused before they reached the ledger
 //! (an invalid argument, the kill switch) had no effect and belong out of
@@ -38,12 +54,43 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
-/// The one instant at which every rule is applied: nothing ever lapses.
-pub const MODEL_NOW: Timestamp = Timestamp::ZERO;
-
-/// Retention handed to the rules; nothing is purged, since the model never
-/// ticks, so it only dates records.
+/// Retention handed to the rules. Records are never purged in the model,
+/// so the servers' retention must be at least this ([`check_ledger`] checks
+/// that no key's history is long enough to reach it).
 pub const MODEL_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The clocks a history was taken with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clocks {
+    /// How far any server's clock may be from the clock the history's
+    /// calls and returns were read on, either way, in milliseconds.
+    pub skew_ms: u64,
+}
+
+/// A span of instants, both ends included; `hi` is [`Time::MAX`] when
+/// unbounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// The earliest instant.
+    pub lo: Time,
+    /// The latest instant.
+    pub hi: Time,
+}
+
+impl Span {
+    /// The span, or `None` if it holds no instant.
+    fn new(lo: Time, hi: Time) -> Option<Span> {
+        (lo <= hi).then_some(Span { lo, hi })
+    }
+
+    /// Every instant moved `ms` later.
+    fn later(self, ms: u64) -> Span {
+        Span {
+            lo: self.lo.saturating_add(ms),
+            hi: self.hi.saturating_add(ms),
+        }
+    }
+}
 
 /// What a client asked the ledger.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,23 +222,6 @@ impl LedgerOutput {
         }
     }
 
-    /// Why the model cannot judge this answer to `input`, if it cannot.
-    fn uncovered(&self, input: &LedgerInput) -> Option<&'static str> {
-        use LedgerOutput as O;
-        match self {
-            _ if !self.answers(input) => Some("the answer is not one its request can get"),
-            O::Started { takeover: true, .. } => Some("a begin took over a lapsed lease"),
-            O::Completed(v)
-            | O::Ambiguous(v)
-            | O::Recorded(v)
-            | O::AlreadyRecorded(v)
-            | O::Accepted(v)
-            | O::Resolved(v)
-            | O::Found(v) => v.lease_expired.then_some("a record shows a lapsed lease"),
-            _ => None,
-        }
-    }
-
     /// Whether a client that saw `self` could have been given `expected`.
     fn agrees_with(&self, expected: &LedgerOutput) -> bool {
         use LedgerOutput as O;
@@ -202,47 +232,152 @@ impl LedgerOutput {
     }
 }
 
-/// One key's state: the core's record, or none. Hashed by the fields that
-/// tell records of one key apart in a run at one instant.
+/// One key's state: the core's record (or none), its time fields cleared
+/// since the model only knows spans of instants, with those spans.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KeyState(pub Option<Record>);
+pub struct KeyState {
+    /// The record, as the rules left it, without times.
+    pub record: Option<Record>,
+    /// While an attempt holds the key: when its lease may lapse.
+    pub lease: Option<Span>,
+    /// The earliest instant the key's last change can have taken effect at;
+    /// nothing after it takes effect earlier.
+    pub floor: Time,
+}
 
 impl Hash for KeyState {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Equal records hash alike; unequal ones may collide (Eq decides).
-        self.0
-            .as_ref()
+        // Equal states hash alike; unequal ones may collide (Eq decides).
+        let record = self.record.as_ref();
+        record
             .map(|r| (r.status, &r.attempt, r.attempts, &r.operation_id, &r.result))
             .hash(state);
+        (self.lease, self.floor).hash(state);
     }
 }
 
-/// The ledger's rules at [`MODEL_NOW`], as a [`Model`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LedgerModel;
+/// The ledger's rules with time kept in spans, as a [`Model`].
+#[derive(Clone, Copy, Debug)]
+pub struct LedgerModel {
+    /// The history's clocks.
+    pub clocks: Clocks,
+}
+
+/// One way an operation can meet a key's lease: the instants it may take
+/// effect at, and the lease narrowed to what that assumes.
+struct Branch {
+    when: Span,
+    lease: Option<Span>,
+}
 
 impl LedgerModel {
-    /// Applies `input` to `state`: the next state and what a client sees.
-    pub fn apply(state: &KeyState, input: &LedgerInput) -> (KeyState, LedgerOutput) {
-        let (existing, now, retention) = (state.0.clone(), MODEL_NOW, MODEL_RETENTION_MS);
-        let (changed, seen) = match input {
+    /// When `op` can take effect on a key whose last change was at `floor`
+    /// or later: within its call and return give or take the skew, and not
+    /// before `floor`.
+    fn window(&self, op: &LedgerOp, floor: Time) -> Option<Span> {
+        let skew = self.clocks.skew_ms;
+        let lo = op.call.saturating_sub(skew).max(floor);
+        let hi = op.ret.map_or(Time::MAX, |ret| ret.saturating_add(skew));
+        Span::new(lo, hi)
+    }
+
+    /// The ways `op` can meet the key's lease within `window`: before it
+    /// lapses, after, or both when the spans overlap.
+    fn branches(state: &KeyState, window: Span) -> Vec<Branch> {
+        let held = state
+            .record
+            .as_ref()
+            .is_some_and(|r| r.status == Status::InProgress);
+        let Some(lease) = state.lease.filter(|_| held) else {
+            let lease = state.lease;
+            return vec![Branch {
+                when: window,
+                lease,
+            }];
+        };
+        let live = Span::new(window.lo, window.hi.min(lease.hi.saturating_sub(1)))
+            .filter(|_| window.lo < lease.hi)
+            .zip(Span::new(lease.lo.max(window.lo + 1), lease.hi));
+        let lapsed = Span::new(window.lo.max(lease.lo), window.hi)
+            .zip(Span::new(lease.lo, lease.hi.min(window.hi)));
+        [live, lapsed]
+            .into_iter()
+            .flatten()
+            .map(|(when, lease)| Branch {
+                when,
+                lease: Some(lease),
+            })
+            .collect()
+    }
+
+    /// Applies `input` to `state` taking effect within `branch`: the next
+    /// state and what a client sees. The rules run at the branch's earliest
+    /// instant with the lease at its earliest, which decides the same way
+    /// as every instant the branch allows. An answered operation that
+    /// changed nothing still narrows the lease to what its branch assumed
+    /// (a begin told `in progress` at 550 means the lease runs past 550);
+    /// an unanswered one may not have happened, so it narrows nothing.
+    fn apply(
+        state: &KeyState,
+        branch: &Branch,
+        input: &LedgerInput,
+        answered: bool,
+    ) -> (KeyState, LedgerOutput) {
+        let now = Timestamp::from_millis(branch.when.lo);
+        let existing = state.record.clone().map(|mut r| {
+            r.lease_until = branch.lease.map(|l| Timestamp::from_millis(l.lo));
+            r
+        });
+        let retention = MODEL_RETENTION_MS;
+        let (changed, seen, new_lease) = match input {
             LedgerInput::Begin(req) => {
                 let (changed, answer) = rules::begin(existing, req, now);
-                (changed, seen_begin(answer))
+                let leased = changed.is_some() && matches!(answer, BeginAnswer::Started { .. });
+                let new_lease = leased.then(|| branch.when.later(req.lease_ms));
+                (changed, seen_begin(answer), new_lease)
             }
             LedgerInput::Complete(req) => {
                 let (changed, answer) = rules::complete(existing, req, now, retention);
-                (changed, seen_complete(answer))
+                (changed, seen_complete(answer), None)
             }
             LedgerInput::Resolve(req) => {
                 let (changed, answer) = rules::resolve(existing, req, now, retention);
-                (changed, seen_resolve(answer))
+                (changed, seen_resolve(answer), None)
             }
-            LedgerInput::Lookup { .. } => (None, seen_lookup(existing)),
+            LedgerInput::Lookup { .. } => (None, seen_lookup(existing, now), None),
         };
-        let next = changed.map_or_else(|| state.clone(), |r| KeyState(Some(r)));
+        let Some(record) = changed else {
+            let lease = if answered { branch.lease } else { state.lease };
+            let next = KeyState {
+                lease,
+                ..state.clone()
+            };
+            return (next, seen);
+        };
+        let lease = match record.status {
+            Status::InProgress => new_lease.or(branch.lease),
+            _ => None,
+        };
+        let next = KeyState {
+            record: Some(timeless(record)),
+            lease,
+            floor: state.floor.max(branch.when.lo),
+        };
         (next, seen)
     }
+}
+
+/// `record` with every instant cleared: the model keeps time in spans.
+fn timeless(mut record: Record) -> Record {
+    record.lease_until = None;
+    record.created_at = Timestamp::ZERO;
+    record.updated_at = Timestamp::ZERO;
+    record.completed_at = None;
+    record.expires_at = None;
+    if let Some(resolution) = record.resolution.as_mut() {
+        resolution.at = Timestamp::ZERO;
+    }
+    record
 }
 
 fn seen_begin(answer: BeginAnswer) -> LedgerOutput {
@@ -276,10 +411,10 @@ fn seen_resolve(answer: ResolveAnswer) -> LedgerOutput {
     }
 }
 
-/// A lookup shows the record as of now, as the server's does.
-fn seen_lookup(existing: Option<Record>) -> LedgerOutput {
+/// A lookup shows the record as of `now`, as the server's does.
+fn seen_lookup(existing: Option<Record>, now: Timestamp) -> LedgerOutput {
     existing.map_or(LedgerOutput::NotFound, |mut record| {
-        rules::expire(&mut record, MODEL_NOW);
+        rules::expire(&mut record, now);
         LedgerOutput::Found(RecordView::of(&record))
     })
 }
@@ -290,29 +425,37 @@ impl Model for LedgerModel {
     type Output = LedgerOutput;
 
     fn init(&self) -> KeyState {
-        KeyState(None)
+        KeyState::default()
     }
 
-    fn step(
-        &self,
-        state: &KeyState,
-        input: &LedgerInput,
-        output: Option<&LedgerOutput>,
-    ) -> Vec<KeyState> {
-        let (next, expected) = LedgerModel::apply(state, input);
-        match output {
-            Some(seen) if !seen.agrees_with(&expected) => Vec::new(),
-            _ => vec![next],
+    fn step(&self, state: &KeyState, op: &LedgerOp) -> Vec<KeyState> {
+        let Some(window) = self.window(op, state.floor) else {
+            return Vec::new();
+        };
+        let mut next = Vec::new();
+        for branch in LedgerModel::branches(state, window) {
+            let answered = op.output.is_some();
+            let (after, expected) = LedgerModel::apply(state, &branch, &op.input, answered);
+            let agrees = op
+                .output
+                .as_ref()
+                .is_none_or(|seen| seen.agrees_with(&expected));
+            if agrees && !next.contains(&after) {
+                next.push(after);
+            }
         }
+        next
     }
 
     fn covers(&self, input: &LedgerInput, output: Option<&LedgerOutput>) -> Result<(), String> {
         input.validate().map_err(|e| {
             format!("the request is invalid ({e}); a refused request had no effect")
         })?;
-        match output.and_then(|o| o.uncovered(input)) {
-            Some(reason) => Err(reason.to_owned()),
-            None => Ok(()),
+        match output {
+            Some(o) if !o.answers(input) => {
+                Err("the answer is not one its request can get".to_owned())
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -339,38 +482,35 @@ pub fn ledger_op(
     }
 }
 
-/// Checks a ledger history, after checking the model's assumption that no
-/// lease can lapse within it: every `lease_ms` exceeds the span of its key's
-/// sub-history (from the key's first call to its last event), so no lease
-/// taken on a key can lapse before anything observed of that key.
+/// Checks a ledger history taken with `clocks`, after checking the model's
+/// assumption that retention purges nothing within it: no key's history,
+/// give or take the skew, lasts [`MODEL_RETENTION_MS`].
 pub fn check_ledger(
     history: &[LedgerOp],
+    clocks: Clocks,
     limits: Limits,
 ) -> Result<Verdict<LedgerInput, LedgerOutput>, HistoryError> {
-    let mut spans: BTreeMap<&str, (Time, Time)> = BTreeMap::new();
+    let mut spans: BTreeMap<&str, (u64, Time, Time)> = BTreeMap::new();
     for op in history {
         if op.key != op.input.key() {
             let reason = "its key is not its request's key";
             return Err(HistoryError::Malformed { id: op.id, reason });
         }
         let end = op.ret.unwrap_or(op.call).max(op.call);
-        let span = spans.entry(op.key.as_str()).or_insert((op.call, end));
-        *span = (span.0.min(op.call), span.1.max(end));
+        let span = spans
+            .entry(op.key.as_str())
+            .or_insert((op.id, op.call, end));
+        *span = (span.0, span.1.min(op.call), span.2.max(end));
     }
-    for op in history {
-        if let LedgerInput::Begin(req) = &op.input {
-            let (first, last) = spans.get(op.key.as_str()).copied().unwrap_or_default();
-            let span_ms = last.saturating_sub(first);
-            if req.lease_ms <= span_ms {
-                let (key, id, lease_ms) = (op.key.clone(), op.id, req.lease_ms);
-                let reason = format!(
-                    "lease_ms {lease_ms} may lapse within the key's history ({span_ms} ms)"
-                );
-                return Err(HistoryError::Uncovered { key, id, reason });
-            }
+    for (key, (id, first, last)) in spans {
+        let lasts = last - first + 2 * clocks.skew_ms;
+        if lasts >= MODEL_RETENTION_MS {
+            let (key, id) = (key.to_owned(), id);
+            let reason = format!("the key's history ({lasts} ms) may outlast retention");
+            return Err(HistoryError::Uncovered { key, id, reason });
         }
     }
-    linearizability::check(&LedgerModel, history, limits)
+    linearizability::check(&LedgerModel { clocks }, history, limits)
 }
 
 #[cfg(test)]
@@ -463,13 +603,19 @@ mod tests {
         O::InProgress { holder }
     }
 
+    /// Clocks in step with the clients'.
+    const EXACT: Clocks = Clocks { skew_ms: 0 };
+
+    fn verdict(history: &[LedgerOp], clocks: Clocks) -> Verdict<LedgerInput, LedgerOutput> {
+        check_ledger(history, clocks, Limits::default()).unwrap()
+    }
+
     fn ok(history: &[LedgerOp]) -> bool {
-        check_ledger(history, Limits::default()).unwrap() == Verdict::Linearizable
+        verdict(history, EXACT) == Verdict::Linearizable
     }
 
     fn violation(history: &[LedgerOp]) -> bool {
-        let verdict = check_ledger(history, Limits::default()).unwrap();
-        matches!(verdict, Verdict::Violation(_))
+        matches!(verdict(history, EXACT), Verdict::Violation(_))
     }
 
     /// `a` begins, then completes successfully, acknowledged at 30.
@@ -602,57 +748,144 @@ mod tests {
             steps_per_key_max,
             ..Limits::default()
         };
-        let Verdict::Unknown { key, reason } = check_ledger(&h, tight).unwrap() else {
+        let Verdict::Unknown { key, reason } = check_ledger(&h, EXACT, tight).unwrap() else {
             panic!("the step budget did not stop the search");
         };
         assert_eq!((key.as_str(), reason), (KEY, Exhausted::Steps(20)));
     }
 
-    #[test]
-    fn a_lease_only_has_to_outlast_its_own_keys_history() {
-        let mut short = b(1, 0, 10, "a", started("a"));
-        if let LedgerInput::Begin(req) = &mut short.input {
-            req.lease_ms = 500;
+    /// `b` with a lease of `lease_ms` on a write of `effect`.
+    fn leased(mut op: LedgerOp, lease_ms: u64, effect: EffectClass) -> LedgerOp {
+        if let LedgerInput::Begin(req) = &mut op.input {
+            req.lease_ms = lease_ms;
+            req.effect = effect;
         }
-        let mut later = look(2, 5_000, 5_010, O::NotFound);
-        later.key = "key-2".to_owned();
-        later.input = LedgerInput::Lookup {
-            key: "key-2".to_owned(),
-        };
-        assert!(ok(&[short.clone(), later]));
-        let too_late = look(2, 5_000, 5_010, O::Found(view(InProgress, "a")));
-        let err = check_ledger(&[short, too_late], Limits::default()).unwrap_err();
-        assert!(matches!(err, HistoryError::Uncovered { .. }), "{err}");
+        op
+    }
+
+    const ONCE: EffectClass = EffectClass::NonIdempotentWrite;
+    const REPEATABLE: EffectClass = EffectClass::IdempotentWrite;
+
+    fn took_over(attempt: &str) -> O {
+        let (attempt, takeover) = (attempt.to_owned(), true);
+        O::Started { attempt, takeover }
+    }
+
+    /// What a client sees of `a`'s record once its lease lapsed unanswered.
+    fn lapsed() -> RecordView {
+        let mut view = view(Ambiguous, "a");
+        view.lease_expired = true;
+        view
+    }
+
+    #[test]
+    fn a_lapsed_lease_makes_a_write_ambiguous_only_once_it_can_have_lapsed() {
+        // `a`'s 500 ms lease, begun within 0..10, lapses within 500..510.
+        let a = leased(b(1, 0, 10, "a", started("a")), 500, ONCE);
+        let after = b(2, 600, 610, "b", O::Ambiguous(lapsed()));
+        assert!(ok(&[a.clone(), after]));
+        let early = b(2, 100, 110, "b", O::Ambiguous(lapsed()));
+        assert!(violation(&[a.clone(), early.clone()]));
+        // A server clock a second ahead may have seen it lapse that early.
+        let skewed = Clocks { skew_ms: 1_000 };
+        assert_eq!(verdict(&[a.clone(), early], skewed), Verdict::Linearizable);
+        // Honoured long after it must have lapsed.
+        let late = b(2, 600, 610, "b", held_by("a"));
+        assert!(violation(&[a.clone(), late]));
+        // A lookup sees the lapse too, and `a`'s late answer still settles it
+        // (the record keeps saying why it was ambiguous).
+        let mut settled = view(Succeeded, "a");
+        settled.lease_expired = true;
+        let h = [
+            a,
+            look(2, 600, 610, O::Found(lapsed())),
+            c(3, 700, 710, "a", done("a"), O::Recorded(settled.clone())),
+            look(4, 800, 810, O::Found(settled)),
+        ];
+        assert!(ok(&h));
+    }
+
+    #[test]
+    fn an_idempotent_write_is_taken_over_only_once_its_lease_can_have_lapsed() {
+        let a = leased(b(1, 0, 10, "a", started("a")), 500, REPEATABLE);
+        let after = leased(b(2, 600, 610, "b", took_over("b")), 500, REPEATABLE);
+        assert!(ok(&[a.clone(), after.clone()]));
+        let early = leased(b(2, 100, 110, "b", took_over("b")), 500, REPEATABLE);
+        assert!(violation(&[a.clone(), early]));
+        // Once taken over, the key is `b`'s: `a` cannot complete it, and its
+        // lease runs from the takeover.
+        let a_done = c(3, 700, 710, "a", done("a"), O::Conflict);
+        let c_held = leased(b(4, 720, 730, "c", held_by("b")), 500, REPEATABLE);
+        assert!(ok(&[a.clone(), after.clone(), a_done, c_held]));
+        let c_too_late = leased(b(4, 1_200, 1_210, "c", held_by("b")), 500, REPEATABLE);
+        assert!(violation(&[a.clone(), after.clone(), c_too_late]));
+        // Two takeovers of one lapse are two owners at once.
+        let again = leased(b(3, 620, 630, "c", took_over("c")), 500, REPEATABLE);
+        assert!(violation(&[a, after, again]));
+    }
+
+    #[test]
+    fn a_lease_that_may_or_may_not_have_lapsed_is_judged_both_ways_but_consistently() {
+        // Begun within 0..100, a 500 ms lease lapses within 500..600.
+        let a = leased(b(1, 0, 100, "a", started("a")), 500, REPEATABLE);
+        for seen in [held_by("a"), took_over("b")] {
+            let b_at_550 = leased(b(2, 550, 560, "b", seen.clone()), 500, REPEATABLE);
+            assert!(ok(&[a.clone(), b_at_550]), "{seen:?}");
+        }
+        // Live at 550 means begun after 50; at 700 it must have lapsed.
+        let h = [
+            a.clone(),
+            leased(b(2, 550, 560, "b", held_by("a")), 500, REPEATABLE),
+            leased(b(3, 700, 710, "c", held_by("a")), 500, REPEATABLE),
+        ];
+        assert!(violation(&h));
+        // Taken over by 560: `a` holds it no more.
+        let h = [
+            a,
+            leased(b(2, 550, 560, "b", took_over("b")), 500, REPEATABLE),
+            leased(b(3, 570, 580, "c", held_by("a")), 500, REPEATABLE),
+        ];
+        assert!(violation(&h));
+    }
+
+    #[test]
+    fn an_unanswered_begin_leases_from_whenever_it_took_effect() {
+        let input = LedgerInput::Begin(begin_req("a", "fp"));
+        let lost = leased(ledger_op(1, 0, None, input, None), 500, REPEATABLE);
+        // It may have taken effect late, so its lease may still run at 5 s.
+        let h = [
+            lost.clone(),
+            leased(b(2, 5_000, 5_010, "b", held_by("a")), 500, REPEATABLE),
+        ];
+        assert!(ok(&h));
+        // But one held lease cannot run both before and after a takeover.
+        let h = [
+            lost,
+            leased(b(2, 5_000, 5_010, "b", took_over("b")), 500, REPEATABLE),
+            leased(b(3, 5_100, 5_110, "c", held_by("a")), 500, REPEATABLE),
+        ];
+        assert!(violation(&h));
     }
 
     #[test]
     fn refuses_what_the_model_does_not_cover() {
-        let (attempt, takeover) = ("b".to_owned(), true);
-        let takeover = O::Started { attempt, takeover };
-        let mut expired = view(Ambiguous, "a");
-        expired.lease_expired = true;
-        let mut short = b(1, 0, 10, "a", started("a"));
-        if let LedgerInput::Begin(req) = &mut short.input {
-            req.lease_ms = 500;
-        }
+        let first = b(1, 0, 10, "a", started("a"));
         let cases = [
-            (b(2, 20, 30, "b", takeover), "took over a lapsed lease"),
-            (look(2, 20, 30, O::Found(expired)), "shows a lapsed lease"),
-            (
-                b(2, 20, 999, "b", started("b")),
-                "may lapse within the key's",
-            ),
             (b(2, 20, 30, "b", O::NotFound), "not one its request"),
             (b(2, 20, 30, "", started("")), "the request is invalid"),
+            (
+                look(2, MODEL_RETENTION_MS, MODEL_RETENTION_MS, O::NotFound),
+                "may outlast retention",
+            ),
         ];
         for (op, why) in cases {
-            let err = check_ledger(&[short.clone(), op], Limits::default()).unwrap_err();
+            let err = check_ledger(&[first.clone(), op], EXACT, Limits::default()).unwrap_err();
             assert!(matches!(err, HistoryError::Uncovered { .. }), "{err}");
             assert!(err.to_string().contains(why), "{err}");
         }
         let mut elsewhere = look(2, 20, 30, O::NotFound);
         elsewhere.key = "key-2".to_owned();
-        let err = check_ledger(&[elsewhere], Limits::default()).unwrap_err();
+        let err = check_ledger(&[elsewhere], EXACT, Limits::default()).unwrap_err();
         assert!(err.to_string().contains("not its request's key"), "{err}");
     }
 }

@@ -70,14 +70,14 @@ pub trait Model {
     /// The state of a key nobody has touched.
     fn init(&self) -> Self::State;
 
-    /// Every state `input` can lead to from `state` while answering `output`
-    /// (any answer when `None`); none if that answer is impossible there.
-    /// Several states make the model nondeterministic.
+    /// Every state `op`'s input can lead to from `state` while answering
+    /// its output (any answer when `None`); none if that answer is
+    /// impossible there. Several states make the model nondeterministic. A
+    /// model that keeps time reads the op's call and return.
     fn step(
         &self,
         state: &Self::State,
-        input: &Self::Input,
-        output: Option<&Self::Output>,
+        op: &Operation<Self::Input, Self::Output>,
     ) -> Vec<Self::State>;
 
     /// Refuses an operation that saw something the model leaves out, so the
@@ -310,8 +310,7 @@ fn search<M: Model>(model: &M, ops: &[&Op<M>], limits: Limits) -> Result<(), Sto
                 return Err(Stop::Exhausted(Exhausted::Steps(steps)));
             }
             steps += 1;
-            let (input, output) = (&ops[i].input, ops[i].output.as_ref());
-            let mut next = model.step(&state, input, output);
+            let mut next = model.step(&state, ops[i]);
             if ops[i].ret.is_none() {
                 // Taking effect without changing the state is the same as
                 // never taking effect, which an unanswered op may do anyway.
@@ -385,8 +384,8 @@ mod tests {
             0
         }
 
-        fn step(&self, s: &u8, input: &In, output: Option<&Out>) -> Vec<u8> {
-            match (input, output) {
+        fn step(&self, s: &u8, op: &RegOp) -> Vec<u8> {
+            match (&op.input, op.output.as_ref()) {
                 (In::Write(v), None | Some(Out::Ack)) => vec![*v],
                 (In::MaybeWrite(v), None | Some(Out::Ack)) => vec![*s, *v],
                 (In::Read, None) => vec![*s],
