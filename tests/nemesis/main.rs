@@ -440,6 +440,9 @@ async fn run_in(args: &RunArgs, out: &Path) -> Result<()> {
         judged.keys,
         ledger.left_out.load(Ordering::Relaxed),
     );
+    for (cause, n) in ledger.top_causes(5) {
+        println!("ledger: {n} writes unanswered: {cause}");
+    }
     if let Some(undecided) = &judged.undecided {
         println!("ledger: the search gave up on {undecided}");
     }

@@ -106,6 +106,9 @@ pub struct Ledger {
     pub unknown: AtomicU64,
     /// Left out: refused before the ledger, or a read that failed.
     pub left_out: AtomicU64,
+    /// Why writes went unanswered: the status code and the start of its
+    /// message (digits dropped, so one cause counts once), with a count.
+    pub unanswered_causes: Mutex<BTreeMap<String, u64>>,
     channels: Vec<Channel>,
 }
 
@@ -126,6 +129,7 @@ impl Ledger {
             lookups: AtomicU64::new(0),
             unknown: AtomicU64::new(0),
             left_out: AtomicU64::new(0),
+            unanswered_causes: Mutex::new(BTreeMap::new()),
             channels,
         })
     }
@@ -136,6 +140,36 @@ impl Ledger {
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// Counts `answer`'s failure as a cause of a write left unanswered.
+    fn note_cause<T>(&self, answer: &Result<T, tonic::Status>, seen: &Seen) {
+        let (Err(status), Seen::NoAnswer) = (answer, seen) else {
+            return;
+        };
+        let message: String = status
+            .message()
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .take(70)
+            .collect();
+        let cause = format!("{:?}: {message}", status.code());
+        if let Ok(mut causes) = self.unanswered_causes.lock() {
+            *causes.entry(cause).or_default() += 1;
+        }
+    }
+
+    /// The most frequent causes of unanswered writes, most frequent first.
+    pub fn top_causes(&self, n: usize) -> Vec<(String, u64)> {
+        let causes = self
+            .unanswered_causes
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        let mut causes: Vec<_> = causes.into_iter().collect();
+        causes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        causes.truncate(n);
+        causes
     }
 
     fn note_key(&self, key: &str, call: u64) {
@@ -161,7 +195,15 @@ pub struct Client {
     history: HistoryWriter,
     rng: fastrand::Rng,
     n: u64,
+    /// Writes left unanswered since the last answer: the client backs off
+    /// ([`BACKOFF_MS`]), as a real one would, rather than pile maybe-applied
+    /// writes on a key (each one multiplies the checker's search).
+    unanswered: u32,
 }
+
+/// A client's pause after a write left unanswered, doubled per further one
+/// up to 3 times (1.2 s at most).
+const BACKOFF_MS: std::ops::Range<u64> = 50..150;
 
 impl Client {
     /// Client `name`, writing to `history`.
@@ -172,6 +214,7 @@ impl Client {
             history,
             rng: fastrand::Rng::with_seed(seed),
             n: 0,
+            unanswered: 0,
         }
     }
 
@@ -182,7 +225,12 @@ impl Client {
 
     /// Records an operation invoked at `call` that `seen` settled;
     /// returns its output.
-    fn record(&self, input: LedgerInput, call: u64, seen: Seen) -> Result<Option<LedgerOutput>> {
+    fn record(
+        &mut self,
+        input: LedgerInput,
+        call: u64,
+        seen: Seen,
+    ) -> Result<Option<LedgerOutput>> {
         let counter = match &input {
             LedgerInput::Begin(_) => &self.shared.begins,
             LedgerInput::Complete(_) => &self.shared.completes,
@@ -198,6 +246,9 @@ impl Client {
         let ret = output.as_ref().map(|_| self.shared.clock.ms());
         if ret.is_none() {
             self.shared.unknown.fetch_add(1, Ordering::Relaxed);
+            self.unanswered = self.unanswered.saturating_add(1);
+        } else {
+            self.unanswered = 0;
         }
         self.history.record(input, call, ret, output.clone())?;
         Ok(output)
@@ -220,7 +271,11 @@ impl Client {
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(self.rng.u64(0..20))).await;
+            let pause = match self.unanswered {
+                0 => self.rng.u64(0..20),
+                n => self.rng.u64(BACKOFF_MS) << (n - 1).min(3),
+            };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
         }
         self.history.flush()
     }
@@ -245,7 +300,9 @@ impl Client {
         let call = self.shared.clock.ms();
         self.shared.note_key(key, call);
         let answer = self.ledger().begin(request).await.map(|r| r.into_inner());
-        let output = self.record(LedgerInput::Begin(model), call, wire::begun(answer))?;
+        let seen = wire::begun(answer.clone());
+        self.shared.note_cause(&answer, &seen);
+        let output = self.record(LedgerInput::Begin(model), call, seen)?;
         match output {
             Some(LedgerOutput::Started {
                 attempt: holder, ..
@@ -289,7 +346,9 @@ impl Client {
             .complete(request)
             .await
             .map(|r| r.into_inner());
-        self.record(LedgerInput::Complete(model), call, wire::completed(answer))?;
+        let seen = wire::completed(answer.clone());
+        self.shared.note_cause(&answer, &seen);
+        self.record(LedgerInput::Complete(model), call, seen)?;
         Ok(())
     }
 
@@ -326,7 +385,9 @@ impl Client {
         };
         let call = self.shared.clock.ms();
         let answer = self.ledger().resolve(request).await.map(|r| r.into_inner());
-        self.record(LedgerInput::Resolve(model), call, wire::resolved(answer))?;
+        let seen = wire::resolved(answer.clone());
+        self.shared.note_cause(&answer, &seen);
+        self.record(LedgerInput::Resolve(model), call, seen)?;
         Ok(())
     }
 
