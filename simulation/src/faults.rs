@@ -27,10 +27,10 @@ pub enum Fault {
     ReplicaCut(u64, u64),
     /// Node `node` crashes and restarts when the fault ends.
     Crash(u64),
-    /// Node `node`'s machine loses power: the process crashes and its
-    /// disk keeps only what was synced ([`crate::storage`]); it restarts
-    /// when the fault ends.
-    PowerLoss(u64),
+    /// These nodes' machines lose power at once (one node, or a majority
+    /// sharing a rack): each process crashes and each disk keeps only what
+    /// was synced ([`crate::storage`]); they restart when the fault ends.
+    PowerLoss(Vec<u64>),
     /// Messages between `a` and `b` are lost at `rate` (turmoil's link
     /// failure rate).
     Loss(u64, u64, f64),
@@ -50,7 +50,10 @@ impl fmt::Display for Fault {
             Fault::IsolateLeader => f.write_str("isolate the leader"),
             Fault::ReplicaCut(r, n) => write!(f, "cut r{r} from n{n}"),
             Fault::Crash(n) => write!(f, "crash n{n}"),
-            Fault::PowerLoss(n) => write!(f, "power loss of n{n}"),
+            Fault::PowerLoss(ns) => {
+                let names: Vec<String> = ns.iter().map(|n| format!("n{n}")).collect();
+                write!(f, "power loss of {}", names.join(", "))
+            }
             Fault::Loss(a, b, rate) => write!(f, "loss {rate:.2} on n{a} <-> n{b}"),
             Fault::Latency(ms) => write!(f, "latency up to {ms} ms"),
             Fault::Skew(n, ms) => write!(f, "clock of n{n} off by {ms} ms"),
@@ -118,7 +121,13 @@ pub fn schedule(
             2 => Fault::IsolateLeader,
             3 => Fault::ReplicaCut(rng.u64(1..=replicas), rng.u64(1..=nodes)),
             4 if rng.bool() => Fault::Crash(rng.u64(1..=nodes)),
-            4 => Fault::PowerLoss(rng.u64(1..=nodes)),
+            4 => {
+                let mut ids: Vec<u64> = (1..=nodes).collect();
+                rng.shuffle(&mut ids);
+                let majority = usize::try_from(nodes / 2 + 1).unwrap_or(1);
+                ids.truncate(if rng.u8(0..3) == 0 { majority } else { 1 });
+                Fault::PowerLoss(ids)
+            }
             5 => {
                 let (a, b) = pair(rng);
                 Fault::Loss(a, b, 0.05 + f64::from(rng.u8(0..20)) / 100.0)
@@ -162,6 +171,45 @@ fn node(id: u64) -> String {
     format!("n{id}")
 }
 
+/// Crashes node `n`, and with `power_loss` cuts its disk back to its last
+/// sync.
+fn crash(sim: &mut turmoil::Sim<'_>, world: &World, n: u64, power_loss: bool, now_ms: u64) {
+    let Some(slot) = world.node(n) else { return };
+    if slot.down.get() {
+        return;
+    }
+    // Drop the harness's handle first, so the node's storage closes with
+    // its runtime.
+    slot.backend.borrow_mut().take();
+    sim.crash(slot.name.as_str());
+    slot.down.set(true);
+    if !power_loss {
+        return;
+    }
+    slot.power_losses.set(slot.power_losses.get() + 1);
+    let dir = slot.data_dir.borrow().clone();
+    match storage::lose_unsynced(world, &dir) {
+        Ok(lost) => {
+            let what = format!("n{n} lost {lost} unsynced WAL bytes");
+            world.log_at(now_ms, "fault", what);
+            if lost > 0 {
+                world.count("power losses that cut the WAL");
+            }
+        }
+        Err(e) => world.violate(now_ms, "power loss", format!("n{n}: {e}")),
+    }
+}
+
+/// Restarts node `n` if the harness crashed it.
+fn restart(sim: &mut turmoil::Sim<'_>, world: &World, n: u64) {
+    if let Some(slot) = world.node(n) {
+        if slot.down.get() {
+            slot.down.set(false);
+            sim.bounce(slot.name.as_str());
+        }
+    }
+}
+
 /// The node that believes it leads in the highest term, if any runs.
 pub fn leader(world: &World) -> Option<u64> {
     world
@@ -200,31 +248,10 @@ impl Injector {
                 isolated = Some(id);
             }
             Fault::ReplicaCut(r, n) => sim.partition(format!("r{r}"), node(*n)),
-            Fault::Crash(n) | Fault::PowerLoss(n) => {
-                let Some(slot) = world.node(*n) else { return };
-                if slot.down.get() {
-                    return;
-                }
-                // Drop the harness's handle first, so the node's storage
-                // closes with its runtime.
-                slot.backend.borrow_mut().take();
-                sim.crash(slot.name.as_str());
-                slot.down.set(true);
-                if matches!(fault, Fault::PowerLoss(_)) {
-                    let dir = slot.data_dir.borrow().clone();
-                    match storage::lose_unsynced(world, &dir) {
-                        Ok(lost) => {
-                            world.log_at(
-                                now_ms,
-                                "fault",
-                                format!("n{n} lost {lost} unsynced WAL bytes"),
-                            );
-                            if lost > 0 {
-                                world.count("power losses that cut the WAL");
-                            }
-                        }
-                        Err(e) => world.violate(now_ms, "power loss", format!("n{n}: {e}")),
-                    }
+            Fault::Crash(n) => crash(sim, world, *n, false, now_ms),
+            Fault::PowerLoss(ns) => {
+                for n in ns {
+                    crash(sim, world, *n, true, now_ms);
                 }
             }
             Fault::Loss(a, b, rate) => sim.set_link_fail_rate(node(*a), node(*b), *rate),
@@ -311,12 +338,10 @@ fn undo(sim: &mut turmoil::Sim<'_>, world: &World, active: &Active) {
             }
         }
         Fault::ReplicaCut(r, n) => sim.repair(format!("r{r}"), node(*n)),
-        Fault::Crash(n) | Fault::PowerLoss(n) => {
-            if let Some(slot) = world.node(*n) {
-                if slot.down.get() {
-                    slot.down.set(false);
-                    sim.bounce(slot.name.as_str());
-                }
+        Fault::Crash(n) => restart(sim, world, *n),
+        Fault::PowerLoss(ns) => {
+            for n in ns {
+                restart(sim, world, *n);
             }
         }
         Fault::Loss(a, b, _) => sim.set_link_fail_rate(node(*a), node(*b), 0.0),

@@ -53,6 +53,11 @@ struct Args {
     /// confirming they still lead (the checkers should catch it).
     #[arg(long)]
     inject_stale_reads: bool,
+    /// Inject a real bug: nodes acknowledge log appends before their WAL
+    /// sync, so a power loss takes back entries they counted toward a
+    /// commit (the checkers should catch it).
+    #[arg(long)]
+    inject_unsynced_appends: bool,
     /// With `--seeds`: seeds run at once, each in its own process (default:
     /// the machine's cores).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -150,6 +155,7 @@ fn options(args: &Args, seed: u64) -> RunOptions {
         bugs: InjectedBugs {
             skip_read_linearizer: args.inject_stale_reads,
         },
+        unsynced_appends: args.inject_unsynced_appends,
         drag: Duration::from_micros(args.drag_us),
     }
 }
@@ -224,6 +230,9 @@ fn child(
         .arg(args.replicas.to_string());
     if args.inject_stale_reads {
         command.arg("--inject-stale-reads");
+    }
+    if args.inject_unsynced_appends {
+        command.arg("--inject-unsynced-appends");
     }
     if !trace {
         command.arg("--summary-only");

@@ -37,6 +37,9 @@ pub struct RunOptions {
     pub replicas: u64,
     /// Bugs the nodes are told to have (none by default).
     pub bugs: InjectedBugs,
+    /// Inject a storage bug: appends acknowledged before their WAL sync
+    /// ([`fusebox_raft_store::inject_unsynced_appends`]).
+    pub unsynced_appends: bool,
     /// Wall-clock time slept after every step (none by default): a run
     /// must give the same trace at any pace.
     pub drag: Duration,
@@ -51,6 +54,7 @@ impl RunOptions {
             nodes: 3,
             replicas: 4,
             bugs: InjectedBugs::default(),
+            unsynced_appends: false,
             drag: Duration::ZERO,
         }
     }
@@ -122,6 +126,9 @@ pub fn run(options: &RunOptions) -> RunReport {
     // generator; every host runs on this thread.
     fastrand::seed(seed);
     fusebox_raft_store::run_inline();
+    if options.unsynced_appends {
+        fusebox_raft_store::inject_unsynced_appends();
+    }
     let world = Rc::new(World::new(seed, options.nodes, options.bugs));
     crate::storage::witness(&world);
     let data = match tempfile::Builder::new()

@@ -47,6 +47,8 @@ pub struct NodeSlot {
     pub boots: Cell<u64>,
     /// Whether the harness crashed it and has not restarted it yet.
     pub down: Cell<bool>,
+    /// How many power losses it has had.
+    pub power_losses: Cell<u64>,
     /// Its data directory (set when it is registered).
     pub data_dir: RefCell<PathBuf>,
 }
@@ -126,6 +128,7 @@ impl World {
                 skew_ms: Arc::new(AtomicI64::new(0)),
                 boots: Cell::new(0),
                 down: Cell::new(false),
+                power_losses: Cell::new(0),
                 data_dir: RefCell::new(PathBuf::new()),
             })
             .collect();

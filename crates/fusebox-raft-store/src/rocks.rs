@@ -85,6 +85,22 @@ thread_local! {
     static INLINE: Cell<bool> = const { Cell::new(false) };
     /// Told of every WAL sync made on this thread (see [`witness_syncs`]).
     static SYNC_WITNESS: RefCell<Option<SyncWitness>> = const { RefCell::new(None) };
+    /// Set by [`inject_unsynced_appends`].
+    static UNSYNCED_APPENDS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Injects a real bug on this thread (inline mode only): an append is
+/// acknowledged to Raft as durable without its WAL sync. A process crash
+/// loses nothing by it; a power loss loses log entries this node counted
+/// toward a commit. It exists so the simulation can show that its power
+/// loss and its checkers catch such a bug.
+pub fn inject_unsynced_appends() {
+    UNSYNCED_APPENDS.with(|bug| bug.set(true));
+}
+
+/// Whether [`inject_unsynced_appends`] was called on this thread.
+pub(crate) fn unsynced_appends() -> bool {
+    UNSYNCED_APPENDS.with(Cell::get)
 }
 
 /// Tells `witness` the database folder after every WAL sync this thread

@@ -27,7 +27,7 @@ pub struct Watcher {
     /// The state digest seen at each applied index.
     digests: BTreeMap<u64, (u64, String)>,
     /// The highest generation each node showed for each breaker.
-    generations: BTreeMap<(u64, BreakerKey), u64>,
+    generations: BTreeMap<(u64, u64, BreakerKey), u64>,
     /// Digest comparisons made.
     pub digest_checks: u64,
 }
@@ -78,13 +78,20 @@ impl Watcher {
     }
 
     /// Nodes at the same applied index hold the same state; breaker
-    /// generations never go back on any node; no node counts more live
-    /// probe permits than the policy allows.
+    /// generations never go back on any node between power losses; no node
+    /// counts more live probe permits than the policy allows.
+    ///
+    /// A power loss may take back what a node had applied: the commit
+    /// index is not synced on its own (nor is etcd's), so the node restarts
+    /// from an earlier one and re-applies the rest once a leader tells it
+    /// the commit index again. Generations are therefore compared within
+    /// one power-loss era of a node (its count of power losses so far).
     pub fn check_state(&mut self, world: &World, now_ms: u64) {
         let Ok(ns) = Namespace::new(NS) else {
             return;
         };
         for (id, backend) in world.running() {
+            let era = world.node(id).map_or(0, |n| n.power_losses.get());
             let Some(applied) = backend.state.last_applied() else {
                 continue;
             };
@@ -118,7 +125,7 @@ impl Watcher {
                 }
             }
             for (key, view) in breakers {
-                let seen = self.generations.entry((id, key.clone())).or_default();
+                let seen = self.generations.entry((id, era, key.clone())).or_default();
                 if view.generation < *seen {
                     world.violate(
                         now_ms,
