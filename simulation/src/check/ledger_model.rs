@@ -297,7 +297,10 @@ impl LedgerModel {
         };
         let live = Span::new(window.lo, window.hi.min(lease.hi.saturating_sub(1)))
             .filter(|_| window.lo < lease.hi)
-            .zip(Span::new(lease.lo.max(window.lo + 1), lease.hi));
+            .zip(Span::new(
+                lease.lo.max(window.lo.saturating_add(1)),
+                lease.hi,
+            ));
         let lapsed = Span::new(window.lo.max(lease.lo), window.hi)
             .zip(Span::new(lease.lo, lease.hi.min(window.hi)));
         [live, lapsed]
@@ -503,7 +506,9 @@ pub fn check_ledger(
         *span = (span.0, span.1.min(op.call), span.2.max(end));
     }
     for (key, (id, first, last)) in spans {
-        let lasts = last - first + 2 * clocks.skew_ms;
+        let lasts = last
+            .saturating_sub(first)
+            .saturating_add(clocks.skew_ms.saturating_mul(2));
         if lasts >= MODEL_RETENTION_MS {
             let (key, id) = (key.to_owned(), id);
             let reason = format!("the key's history ({lasts} ms) may outlast retention");
