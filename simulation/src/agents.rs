@@ -129,7 +129,11 @@ pub fn register(
         let endpoints = (0..nodes)
             .map(|i| nodes::addr((first - 1 + i) % nodes + 1))
             .collect();
-        let mut config = ClientConfig::new(endpoints, NS, &name)?;
+        let namespace = match scenario {
+            Scenario::IncidentCost => world.incident.namespace(index),
+            _ => NS.to_owned(),
+        };
+        let mut config = ClientConfig::new(endpoints, &namespace, &name)?;
         config.fleet_replicas = u32::try_from(replicas).unwrap_or(1);
         let env = ClientEnv {
             net: Net::Custom(Arc::new(SimNet)),
@@ -187,6 +191,11 @@ impl Replica {
     /// Waits for the view to reach the revision the cluster held after the
     /// heal; a violation if it does not within [`CONVERGE_BOUND_MS`].
     async fn converge(&self) {
+        // A view of a namespace of its own sees only that namespace's
+        // revisions, which need not reach the cluster's.
+        if self.scenario == Scenario::IncidentCost && !self.world.incident.shared {
+            return;
+        }
         let target = loop {
             if let Some(target) = self.world.converge_target.get() {
                 break target;

@@ -12,7 +12,8 @@ use crate::scenario::Scenario;
 use crate::tools::{self, Behaviour, CONCURRENT_PROBES};
 use crate::world::{sim_ms, World};
 use fusebox_client::{
-    ClientError, Journey, OutcomeClass, ToolFailure, ToolRef, WriteRequest, WriteSuccess,
+    BreakerState, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef, WriteRequest,
+    WriteSuccess,
 };
 use std::time::Duration;
 
@@ -61,6 +62,7 @@ pub(crate) async fn turn(replica: &mut Replica) {
         Scenario::SustainedDependencyFailure => sustained_failure(replica).await,
         Scenario::BudgetExhausted => budget_exhausted(replica).await,
         Scenario::OneSlowOfTwenty => one_slow_of_twenty(replica).await,
+        Scenario::IncidentCost => incident_turn(replica).await,
         Scenario::IsolatedLeaderReads => {
             let key = replica.contended_key(2);
             if replica.rng.bool() {
@@ -387,6 +389,135 @@ async fn one_slow_of_twenty(replica: &mut Replica) {
     }
 }
 
+/// The incident story's turn: six calls in a row drawn from the twenty
+/// tools, each timed; the slow tool's calls and the others' time go into
+/// the world for [`crate::incident::Figures`]. Then the agent "thinks".
+async fn incident_turn(replica: &mut Replica) {
+    use crate::incident::{answer_ms, Ending, SlowCall, Turn, SLOW_TOOL, TURN_CALLS};
+    let setup = replica.world.incident;
+    let onset = crate::incident::onset_ms(replica.world.seed);
+    let turn_started = sim_ms();
+    let journey = Journey::new(
+        format!("{}-turn-{}", replica.name, replica.ops),
+        Duration::from_secs(120),
+        Duration::from_millis(200),
+    );
+    let (mut other_tools_ms, mut other_tools_failed) = (0, 0);
+    for _ in 0..TURN_CALLS {
+        let (server, name) = TWENTY[replica.rng.usize(0..TWENTY.len())];
+        let Some(t) = tool(server, name) else {
+            continue;
+        };
+        let slow_tool = (server, name) == SLOW_TOOL;
+        let healthy_ms = if slow_tool {
+            replica.rng.u64(100..900)
+        } else {
+            replica.rng.u64(20..300)
+        };
+        let start_ms = sim_ms();
+        let answer = if slow_tool && setup.slow {
+            answer_ms(start_ms, start_ms + healthy_ms, onset)
+        } else {
+            start_ms + healthy_ms
+        };
+        let behaviour = Behaviour::Healthy {
+            ms: answer - start_ms,
+        };
+        let world = replica.world.clone();
+        let called = replica
+            .client
+            .call(&journey, &t, |ctx| {
+                let (world, t) = (world.clone(), t.clone());
+                async move {
+                    if setup.shared {
+                        tools::run(&world, &t, &ctx, behaviour).await
+                    } else {
+                        tools::run_unwatched(&ctx, behaviour).await
+                    }
+                }
+            })
+            .await;
+        let end_ms = sim_ms();
+        if slow_tool {
+            let ending = match &called {
+                Ok(_) => Ending::Answered,
+                Err(ClientError::Timeout { .. }) => Ending::TimedOut,
+                Err(ClientError::CircuitOpen { .. }) if end_ms == start_ms => Ending::Refused,
+                Err(ClientError::CircuitOpen {
+                    state: BreakerState::Open | BreakerState::ForcedOpen,
+                    ..
+                }) => Ending::EndedAtOpen,
+                Err(_) => Ending::Other,
+            };
+            replica.world.incident_calls.borrow_mut().push(SlowCall {
+                start_ms,
+                healthy_end_ms: start_ms + healthy_ms,
+                end_ms,
+                ending,
+            });
+        } else {
+            other_tools_ms += end_ms - start_ms;
+            if let Err(e) = &called {
+                other_tools_failed += 1;
+                replica
+                    .world
+                    .log(&replica.name, format!("{server}/{name}: {e}"));
+            }
+        }
+    }
+    replica.world.incident_turns.borrow_mut().push(Turn {
+        start_ms: turn_started,
+        other_tools_ms,
+        other_tools_failed,
+    });
+    let think = replica.rng.u64(200..800);
+    tokio::time::sleep(Duration::from_millis(think)).await;
+}
+
+/// The incident scenario's expectations: the slow tool cost something
+/// only if it was slow, never less than an ideal breaker's floor, and no
+/// other tool failed; in a shared fleet the breaker opened.
+fn judge_incident(world: &World, expect: &impl Fn(bool, &str)) {
+    let setup = world.incident;
+    let figures = crate::incident::Figures::of(world, crate::incident::onset_ms(world.seed));
+    world.log_at(sim_ms(), "incident", figures.to_string());
+    expect(figures.turns > 0, "no turn ran after the onset");
+    expect(
+        figures.other_tools_failed == 0,
+        "a healthy tool failed while one tool was slow",
+    );
+    if !setup.slow {
+        expect(figures.lost_s == 0.0, "a healthy tool's calls lost time");
+        return;
+    }
+    expect(
+        figures.earliest_trip_ms.is_some(),
+        "fewer calls met the slow tool than a breaker needs to open",
+    );
+    expect(
+        figures.lost_s >= figures.floor_s,
+        "the fleet lost less than an ideal breaker must (the floor is wrong)",
+    );
+    // One replica alone needs four timeouts of its own, which may take the
+    // whole counted window; a fleet trips well within it.
+    let fleet = world.replicas > 1;
+    if fleet {
+        expect(figures.refused > 0, "the slow tool's breaker never opened");
+    }
+    if fleet && setup.shared && setup.end_in_flight {
+        expect(
+            figures.ended_at_open > 0,
+            "no call in flight was ended when the breaker opened",
+        );
+    }
+    if !setup.end_in_flight {
+        expect(
+            figures.ended_at_open == 0,
+            "a call was ended at the open though the policy says finish",
+        );
+    }
+}
+
 fn counter(world: &World, name: &str) -> u64 {
     world.counters.borrow().get(name).copied().unwrap_or(0)
 }
@@ -404,6 +535,7 @@ pub fn judge(world: &World, scenario: Scenario, end_ms: u64) {
     };
     match scenario {
         Scenario::Chaos | Scenario::IsolatedLeaderReads => {}
+        Scenario::IncidentCost => judge_incident(world, &expect),
         Scenario::ReadTransient503 => {
             expect(
                 counter(world, "transient: answered on attempt 2") > 0,

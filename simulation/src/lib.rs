@@ -13,12 +13,14 @@
 //! - [`faults`]: partitions, one-way loss, leader isolation, crashes,
 //!   message loss, latency, clock skew and membership changes.
 //! - [`check`]: the invariants.
+//! - [`incident`]: what one slow tool costs a fleet, in each setup.
 #![deny(missing_docs)]
 
 pub mod agents;
 pub mod check;
 pub mod exercises;
 pub mod faults;
+pub mod incident;
 pub mod net;
 pub mod nodes;
 pub mod operator;

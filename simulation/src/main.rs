@@ -4,6 +4,7 @@
 //! fusebox-simulation --seeds 0..1000          # a batch, with a summary
 //! fusebox-simulation --seed 42                # one seed, with its trace
 //! fusebox-simulation --seed 42 --determinism  # the same seed twice, compared
+//! fusebox-simulation --seed 0 --incident-cost # one slow tool's cost, each setup
 //! ```
 //!
 //! Every seed of a batch, and each run of a determinism check, runs in a
@@ -19,6 +20,7 @@
 
 use clap::Parser;
 use fusebox_server::node::InjectedBugs;
+use fusebox_simulation::incident::{self, Figures, Named};
 use fusebox_simulation::{run, RunOptions, RunReport, Scenario};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -28,7 +30,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 /// Runs the deterministic simulation of a Fusebox cluster and its agents.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "fusebox-simulation", version)]
 struct Args {
     /// A range of seeds to run, `A..B` (B excluded), each in its own process.
@@ -69,6 +71,14 @@ struct Args {
     /// simulated step (the determinism check's second run uses 1 ms).
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0)]
     drag_us: u64,
+    /// With `--seed`: run the incident story in every setup, each in its
+    /// own process, and print what the slow tool cost each.
+    #[arg(long, conflicts_with_all = ["seeds", "determinism"])]
+    incident_cost: bool,
+    /// The setup of `--scenario incident_cost` (fleet, fleet-finish,
+    /// per-replica, alone, healthy); it sets the replicas.
+    #[arg(long, default_value = "fleet")]
+    incident_setup: Named,
 }
 
 /// How long the second run of a determinism check sleeps per step (one
@@ -88,6 +98,8 @@ struct Summary {
     ledger_ops: usize,
     faults: BTreeMap<String, u64>,
     problems: Vec<String>,
+    #[serde(default)]
+    incident: Option<Figures>,
 }
 
 const SUMMARY_PREFIX: &str = "SUMMARY ";
@@ -116,6 +128,7 @@ impl Summary {
                 .map(|(k, n)| ((*k).to_string(), *n))
                 .collect(),
             problems,
+            incident: report.incident.clone(),
         }
     }
 }
@@ -135,6 +148,7 @@ fn parse_range(text: &str) -> Result<Range<u64>, String> {
 fn main() -> ExitCode {
     let args = Args::parse();
     let ok = match args.seed {
+        Some(seed) if args.incident_cost => incident_cost(&args, seed),
         Some(seed) if args.determinism => determinism(&args, seed),
         Some(seed) => one(&args, seed),
         None => batch(&args, args.seeds.clone().unwrap_or(0..10)),
@@ -147,17 +161,61 @@ fn main() -> ExitCode {
 }
 
 fn options(args: &Args, seed: u64) -> RunOptions {
+    let incident = args.scenario == Scenario::IncidentCost;
     RunOptions {
         seed,
         scenario: args.scenario,
         nodes: args.nodes,
-        replicas: args.replicas,
+        replicas: if incident {
+            args.incident_setup.replicas()
+        } else {
+            args.replicas
+        },
         bugs: InjectedBugs {
             skip_read_linearizer: args.inject_stale_reads,
         },
         unsynced_appends: args.inject_unsynced_appends,
         drag: Duration::from_micros(args.drag_us),
+        incident: args.incident_setup.setup(),
     }
+}
+
+/// Runs the incident story of `seed` in every setup, each in a child
+/// process, and prints the comparison; false if a run failed its checks.
+fn incident_cost(args: &Args, seed: u64) -> bool {
+    let mut rows = Vec::new();
+    let mut ok = true;
+    for named in Named::ALL {
+        let run = Args {
+            scenario: Scenario::IncidentCost,
+            incident_setup: named,
+            seeds: None,
+            seed: Some(seed),
+            determinism: false,
+            incident_cost: false,
+            summary_only: true,
+            ..args.clone()
+        };
+        match child(&run, seed, false, Pace::Full) {
+            Ok((_, summary)) => {
+                if !summary.passed {
+                    ok = false;
+                    println!("{}:", named.label());
+                    print_summary(&summary);
+                }
+                match summary.incident {
+                    Some(figures) => rows.push((named, figures)),
+                    None => ok = false,
+                }
+            }
+            Err(e) => {
+                println!("{}: {e}", named.label());
+                ok = false;
+            }
+        }
+    }
+    print!("{}", incident::comparison(seed, &rows));
+    ok
 }
 
 /// Runs `seed` in this process; prints its trace and report (or only the
@@ -227,7 +285,9 @@ fn child(
         .arg("--nodes")
         .arg(args.nodes.to_string())
         .arg("--replicas")
-        .arg(args.replicas.to_string());
+        .arg(args.replicas.to_string())
+        .arg("--incident-setup")
+        .arg(args.incident_setup.name());
     if args.inject_stale_reads {
         command.arg("--inject-stale-reads");
     }

@@ -3,6 +3,7 @@
 //! schedule asks for (through the Cluster API, as `fusebox cluster` does).
 
 use crate::nodes::{self, channel};
+use crate::scenario::Scenario;
 use crate::tools::{NS, POLICY};
 use crate::world::{MembershipTask, Phase, World};
 use fusebox_proto::v1 as pb;
@@ -27,24 +28,33 @@ pub fn register(sim: &mut turmoil::Sim<'_>, world: &Rc<World>) {
             turn += 1;
             nodes::addr(turn % nodes + 1)
         };
-        let request = pb::ApplyPolicyRequest {
-            namespace: NS.into(),
-            document: POLICY.into(),
-            format: pb::PolicyFormat::Toml as i32,
-            actor: "sim-operator".into(),
-            reason: "simulation policy".into(),
-            ..Default::default()
+        let (document, namespaces) = match world.scenario {
+            Scenario::IncidentCost => (
+                crate::incident::policy(world.incident),
+                world.incident.namespaces(world.replicas),
+            ),
+            _ => (POLICY.to_owned(), vec![NS.to_owned()]),
         };
-        loop {
-            let mut policy = PolicyClient::new(channel(&next(), RPC_TIMEOUT));
-            match policy.apply(request.clone()).await {
-                Ok(_) => break,
-                Err(s) => world.log(
-                    "op",
-                    format!("policy not applied yet: {:?} {}", s.code(), s.message()),
-                ),
+        for namespace in namespaces {
+            let request = pb::ApplyPolicyRequest {
+                namespace,
+                document: document.clone(),
+                format: pb::PolicyFormat::Toml as i32,
+                actor: "sim-operator".into(),
+                reason: "simulation policy".into(),
+                ..Default::default()
+            };
+            loop {
+                let mut policy = PolicyClient::new(channel(&next(), RPC_TIMEOUT));
+                match policy.apply(request.clone()).await {
+                    Ok(_) => break,
+                    Err(s) => world.log(
+                        "op",
+                        format!("policy not applied yet: {:?} {}", s.code(), s.message()),
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         world.log("op", "policy applied");
         world.phase.set(Phase::Workload);

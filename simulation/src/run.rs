@@ -4,6 +4,7 @@
 
 use crate::check::{self, Watcher};
 use crate::faults::{self, Injector};
+use crate::incident::{Figures, Setup};
 use crate::scenario::Scenario;
 use crate::world::{Phase, Violation, World};
 use crate::{agents, nodes, operator};
@@ -43,6 +44,8 @@ pub struct RunOptions {
     /// Wall-clock time slept after every step (none by default): a run
     /// must give the same trace at any pace.
     pub drag: Duration,
+    /// How the incident scenario runs (ignored by the others).
+    pub incident: Setup,
 }
 
 impl RunOptions {
@@ -56,6 +59,7 @@ impl RunOptions {
             bugs: InjectedBugs::default(),
             unsynced_appends: false,
             drag: Duration::ZERO,
+            incident: Setup::default(),
         }
     }
 }
@@ -89,6 +93,8 @@ pub struct RunReport {
     pub simulated: Duration,
     /// Real time the run took.
     pub took: Duration,
+    /// What the slow tool cost (the incident scenario only).
+    pub incident: Option<Figures>,
 }
 
 impl RunReport {
@@ -129,7 +135,11 @@ pub fn run(options: &RunOptions) -> RunReport {
     if options.unsynced_appends {
         fusebox_raft_store::inject_unsynced_appends();
     }
-    let world = Rc::new(World::new(seed, options.nodes, options.bugs));
+    let mut world = World::new(seed, options.nodes, options.bugs);
+    world.scenario = options.scenario;
+    world.replicas = options.replicas;
+    world.incident = options.incident;
+    let world = Rc::new(world);
     crate::storage::witness(&world);
     let data = match tempfile::Builder::new()
         .prefix("fusebox-sim-")
@@ -236,6 +246,8 @@ pub fn run(options: &RunOptions) -> RunReport {
     let violations = world.violations.borrow().clone();
     let counters = world.counters.borrow().clone();
     let ledger_ops = world.ledger_ops.borrow().len();
+    let incident = (options.scenario == Scenario::IncidentCost)
+        .then(|| Figures::of(&world, crate::incident::onset_ms(seed)));
     RunReport {
         seed,
         scenario: options.scenario,
@@ -250,6 +262,7 @@ pub fn run(options: &RunOptions) -> RunReport {
         digest_checks: watcher.digest_checks,
         simulated: Duration::from_millis(end),
         took: started.elapsed(),
+        incident,
     }
 }
 
@@ -268,5 +281,6 @@ fn failed(options: &RunOptions, world: &World, error: String, started: Instant) 
         digest_checks: 0,
         simulated: Duration::ZERO,
         took: started.elapsed(),
+        incident: None,
     }
 }

@@ -28,11 +28,15 @@ pub enum Scenario {
     /// replicas write and read two contended keys: what a stale leader would
     /// answer, if it answered reads, is what the ledger checker looks for.
     IsolatedLeaderReads,
+    /// Seed 000's story measured: sixteen replicas, twenty tools, the tax
+    /// lookup turns slow at a seeded moment; what the fleet loses to it
+    /// ([`crate::incident`]).
+    IncidentCost,
 }
 
 impl Scenario {
     /// Every scenario, in order.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Chaos,
         Scenario::ReadTransient503,
         Scenario::WriteResponseLostAfterAccept,
@@ -40,6 +44,7 @@ impl Scenario {
         Scenario::BudgetExhausted,
         Scenario::OneSlowOfTwenty,
         Scenario::IsolatedLeaderReads,
+        Scenario::IncidentCost,
     ];
 
     /// The scenario's name on the command line.
@@ -52,6 +57,7 @@ impl Scenario {
             Scenario::BudgetExhausted => "budget_exhausted",
             Scenario::OneSlowOfTwenty => "one_slow_of_twenty",
             Scenario::IsolatedLeaderReads => "isolated_leader_reads",
+            Scenario::IncidentCost => "incident_cost",
         }
     }
 
@@ -90,6 +96,7 @@ impl Scenario {
             }
             Scenario::OneSlowOfTwenty => 30_000,
             Scenario::IsolatedLeaderReads => 15_000,
+            Scenario::IncidentCost => crate::incident::ONSET_MS.end + crate::incident::HORIZON_MS,
         }
     }
 

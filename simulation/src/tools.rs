@@ -112,6 +112,12 @@ pub async fn run(
     behaviour: Behaviour,
 ) -> Result<(), ToolFailure> {
     let _probe = ctx.probe.then(|| ProbeCall::enter(world, tool));
+    run_unwatched(ctx, behaviour).await
+}
+
+/// [`run`] without counting probes: for runs whose replicas do not share
+/// their breakers, so each may hold a probe permit of its own.
+pub async fn run_unwatched(ctx: &CallContext, behaviour: Behaviour) -> Result<(), ToolFailure> {
     let work = async {
         match behaviour {
             Behaviour::Healthy { ms } => {

@@ -7,6 +7,8 @@
 //! `Send + Sync` environment.
 
 use crate::check::ledger_model::LedgerOp;
+use crate::incident::{Setup, SlowCall, Turn as IncidentTurn};
+use crate::scenario::Scenario;
 use crate::storage::SyncMark;
 use crate::trace::Trace;
 use fusebox_server::node::{InjectedBugs, RaftBackend};
@@ -115,6 +117,16 @@ pub struct World {
     pub bugs: InjectedBugs,
     /// Where each node database's WAL stood at its last sync.
     pub synced: RefCell<BTreeMap<PathBuf, SyncMark>>,
+    /// The run's scenario.
+    pub scenario: Scenario,
+    /// Agent replicas in the run.
+    pub replicas: u64,
+    /// The incident scenario's setup.
+    pub incident: Setup,
+    /// Every call of the incident scenario's slow tool.
+    pub incident_calls: RefCell<Vec<SlowCall>>,
+    /// Every turn of the incident scenario.
+    pub incident_turns: RefCell<Vec<IncidentTurn>>,
 }
 
 impl World {
@@ -148,6 +160,11 @@ impl World {
             counters: RefCell::new(BTreeMap::new()),
             bugs,
             synced: RefCell::new(BTreeMap::new()),
+            scenario: Scenario::Chaos,
+            replicas: 0,
+            incident: Setup::default(),
+            incident_calls: RefCell::new(Vec::new()),
+            incident_turns: RefCell::new(Vec::new()),
         }
     }
 

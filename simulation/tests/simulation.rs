@@ -96,10 +96,41 @@ fn every_exercise_meets_its_expectation() {
         "budget_exhausted",
         "one_slow_of_twenty",
         "isolated_leader_reads",
+        // incident_cost: the comparison below runs it in every setup.
     ] {
         let (ok, text) = simulation(&["--seed", "1", "--scenario", scenario, "--summary-only"]);
         assert!(ok, "{scenario}:\n{}", report(&text));
     }
+}
+
+/// The slow-tool story in every setup: each run meets its own expectations
+/// (the slow tool cost nothing when healthy and never less than the floor,
+/// the breaker opened, no other tool failed), and sharing breakers costs the
+/// fleet less than breakers of each replica's own.
+#[test]
+fn the_incident_cost_comparison_runs_every_setup() {
+    let (ok, text) = simulation(&["--seed", "3", "--incident-cost"]);
+    assert!(ok, "{}", report(&text));
+    let lost = |label: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label:?} in:\n{text}"));
+        line[label.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no loss in {line:?}"))
+    };
+    let fleet = lost("16 replicas, Fusebox, in-flight calls ended at the open");
+    let finish = lost("16 replicas, Fusebox, in-flight calls finish");
+    let per_replica = lost("16 replicas, per-replica breakers only");
+    assert!(
+        fleet < finish && finish < per_replica,
+        "ending calls at the open and sharing should each cost less: {fleet} / {finish} / {per_replica}\n{text}"
+    );
+    assert_eq!(lost("16 replicas, Fusebox, tool never slow"), 0.0);
+    assert!(text.contains("floor: "), "{text}");
 }
 
 #[test]

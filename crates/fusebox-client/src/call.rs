@@ -15,7 +15,7 @@ use crate::retry;
 use crate::tool::{CallContext, CallOutput, Started, ToolFailure, ToolRef};
 use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
 use fusebox_core::disclosure::{assess, DegradationMode, ModeAdvice};
-use fusebox_core::policy::{OnPartition, ToolPolicy};
+use fusebox_core::policy::{EffectClass, InFlightOnOpen, OnPartition, ToolPolicy};
 use fusebox_core::OutcomeClass;
 use std::convert::Infallible;
 use std::future::Future;
@@ -54,6 +54,19 @@ pub(crate) enum AttemptEnd<T> {
     TimedOut { layer: Layer, deadline: Duration },
     /// The journey was cancelled.
     Cancelled,
+    /// The tool's breaker opened while the call ran, and its policy says
+    /// `in_flight_on_open = "end"`: the call was ended with the refusal it
+    /// would now get.
+    CircuitOpened(Box<Refusal>),
+}
+
+/// An open breaker's refusal, as admission read it.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    decision: Decision,
+    scope: RejectScope,
+    state: BreakerState,
+    retry_after_ms: Option<u64>,
 }
 
 impl<T> AttemptEnd<T> {
@@ -67,7 +80,11 @@ impl<T> AttemptEnd<T> {
             AttemptEnd::TimedOut {
                 layer: Layer::Tool, ..
             } => OutcomeClass::Timeout,
-            AttemptEnd::TimedOut { .. } | AttemptEnd::Cancelled => OutcomeClass::Cancelled,
+            // The breaker is open already; the call ended says nothing
+            // more about the tool.
+            AttemptEnd::TimedOut { .. } | AttemptEnd::Cancelled | AttemptEnd::CircuitOpened(_) => {
+                OutcomeClass::Cancelled
+            }
         }
     }
 }
@@ -84,8 +101,16 @@ impl<T, H> AttemptEnd<Started<T, H>> {
                 Err(AttemptEnd::TimedOut { layer, deadline })
             }
             AttemptEnd::Cancelled => Err(AttemptEnd::Cancelled),
+            AttemptEnd::CircuitOpened(refusal) => Err(AttemptEnd::CircuitOpened(refusal)),
         }
     }
+}
+
+/// Whether a call in flight ends when its breaker opens: `policy` decides
+/// for a read; a write always finishes, since ending it would turn a wait
+/// into an unknown outcome (and `write`'s ledger records what it did).
+fn ends_on_open(policy: &ToolPolicy) -> bool {
+    policy.effect == EffectClass::ReadOnly && policy.in_flight_on_open == InFlightOnOpen::End
 }
 
 /// A fresh id for one attempt.
@@ -203,6 +228,15 @@ impl Client {
                     })
                 }
                 AttemptEnd::Done(Err(failure)) => failure,
+                AttemptEnd::CircuitOpened(r) => {
+                    return Err(self.rejected(
+                        tool,
+                        &r.decision,
+                        r.scope,
+                        r.state,
+                        r.retry_after_ms,
+                    ))
+                }
                 other => return Err(self.stopped(journey, tool, &other, elapsed)),
             };
             let mode = self.disclosed_mode(tool, &failure);
@@ -548,11 +582,20 @@ impl Client {
         );
         bump(&self.inner.metrics.calls);
         let token = ctx.cancel.clone();
+        // Subscribed before the call starts, so no change is missed; a
+        // probe is what tests the tool, and is never ended this way.
+        let policy = &pass.decision.resolution.0.policy;
+        let watching = (ends_on_open(policy) && pass.permit.is_none())
+            .then(|| self.inner.view.breaker_changes());
         let started = Instant::now();
         let call = f(ctx);
         let end = async {
             tokio::select! {
                 result = call => AttemptEnd::Done(result),
+                refusal = self.opened(pass, watching) => {
+                    token.cancel();
+                    AttemptEnd::CircuitOpened(Box::new(refusal))
+                }
                 () = tokio::time::sleep(deadline.duration) => {
                     token.cancel();
                     AttemptEnd::TimedOut { layer: deadline.layer, deadline: deadline.duration }
@@ -569,6 +612,36 @@ impl Client {
         span.record("outcome_class", end.class().as_str());
         span.record("elapsed_ms", ms(elapsed));
         (end, elapsed)
+    }
+
+    /// Resolves once the breakers of the call `pass` admitted refuse calls
+    /// (read again after each change the view takes in); never without a
+    /// receiver, or once the view is gone.
+    async fn opened(
+        &self,
+        pass: &Pass,
+        watching: Option<tokio::sync::watch::Receiver<u64>>,
+    ) -> Refusal {
+        let Some(mut changes) = watching else {
+            return std::future::pending().await;
+        };
+        while changes.changed().await.is_ok() {
+            let decision = self.admit_with(pass.decision.resolution.0.clone());
+            if let Admission::Reject {
+                scope,
+                state,
+                retry_after_ms,
+            } = decision.admission
+            {
+                return Refusal {
+                    decision,
+                    scope,
+                    state,
+                    retry_after_ms,
+                };
+            }
+        }
+        std::future::pending().await
     }
 
     /// The error for an attempt that a deadline or a cancellation stopped.

@@ -170,6 +170,10 @@ pub(crate) struct LocalView {
     disconnected_at_ms: AtomicU64,
     stale_after_ms: u64,
     disconnect_grace_ms: u64,
+    /// Counts the breaker changes the view took in (events, snapshots,
+    /// probe answers), so a call in flight under `in_flight_on_open = "end"`
+    /// can wait for one and look at its breakers again.
+    breaker_changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// Never: the instant-offset meaning "no event yet".
@@ -210,7 +214,17 @@ impl LocalView {
             disconnected_at_ms: AtomicU64::new(0),
             stale_after_ms,
             disconnect_grace_ms,
+            breaker_changes: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// A receiver told of every breaker change the view takes in after now.
+    pub(crate) fn breaker_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.breaker_changes.subscribe()
+    }
+
+    fn breakers_changed(&self) {
+        self.breaker_changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn since_epoch_ms(&self) -> u64 {
@@ -431,23 +445,33 @@ impl LocalView {
         let Some(kind) = event.event else {
             return;
         };
-        let mut data = write(&self.data);
+        let breakers_changed = matches!(
+            kind,
+            Event::Snapshot(_) | Event::Breaker(_) | Event::BreakerRemoved(_)
+        );
+        self.apply_locked(&mut write(&self.data), kind, event.revision);
+        if breakers_changed {
+            self.breakers_changed();
+        }
+    }
+
+    fn apply_locked(&self, data: &mut Data, kind: Event, revision: u64) {
         match kind {
             Event::Snapshot(chunk) => {
-                if let Some(done) = self.add_chunk(&mut data, chunk) {
-                    self.install(&mut data, done);
+                if let Some(done) = self.add_chunk(data, chunk) {
+                    self.install(data, done);
                     // A snapshot replaces the whole view, so its revision
                     // is the view's now, even below the one held (a node
                     // behind answered the resume): a later resume must ask
                     // for every event after it, or the events between the
                     // two would never come.
-                    data.revision = Some(event.revision);
+                    data.revision = Some(revision);
                 }
                 return;
             }
             Event::Breaker(view) => {
                 if let Some(view) = view_from_proto(&self.namespace, &view) {
-                    upsert(&mut data, view, true);
+                    upsert(data, view, true);
                 }
             }
             Event::BreakerRemoved(removed) => {
@@ -456,7 +480,7 @@ impl LocalView {
                     .as_ref()
                     .and_then(|k| convert::key_from_proto(&self.namespace, k));
                 if let Some(key) = key {
-                    remove(&mut data, &key);
+                    remove(data, &key);
                 }
             }
             // Version 0: the namespace's policies were deleted with it; the
@@ -465,7 +489,7 @@ impl LocalView {
             Event::Policy(version) => self.set_policy(Some(&version)),
             Event::KillSwitch(k) => data.kill_switch = kill_from_proto(&k),
             Event::Disclosure(d) => {
-                if set_disclosure(&mut data, &d) {
+                if set_disclosure(data, &d) {
                     forget_resolved(&mut write(&self.policies));
                 }
             }
@@ -475,10 +499,7 @@ impl LocalView {
             }
             Event::ResyncRequired(_) => {}
         }
-        data.revision = Some(
-            data.revision
-                .map_or(event.revision, |r| r.max(event.revision)),
-        );
+        data.revision = Some(data.revision.map_or(revision, |r| r.max(revision)));
     }
 
     /// A breaker view learned outside the stream (a probe release answer):
@@ -486,6 +507,7 @@ impl LocalView {
     pub(crate) fn offer_breaker(&self, view: &pb::BreakerView) {
         if let Some(view) = view_from_proto(&self.namespace, view) {
             upsert(&mut write(&self.data), view, false);
+            self.breakers_changed();
         }
     }
 

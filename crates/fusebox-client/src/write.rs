@@ -335,12 +335,14 @@ impl Client {
         match end {
             AttemptEnd::Done(Ok(success)) => Settled::Succeeded(success),
             AttemptEnd::Done(Err(failure)) => settle_failure(failure),
-            AttemptEnd::TimedOut { .. } | AttemptEnd::Cancelled => Settled::Ambiguous {
-                reason: format!(
-                    "{}; the request had left",
-                    self.stopped(journey, tool, &end, elapsed)
-                ),
-            },
+            AttemptEnd::TimedOut { .. } | AttemptEnd::Cancelled | AttemptEnd::CircuitOpened(_) => {
+                Settled::Ambiguous {
+                    reason: format!(
+                        "{}; the request had left",
+                        self.stopped(journey, tool, &end, elapsed)
+                    ),
+                }
+            }
         }
     }
 

@@ -12,7 +12,7 @@
 
 use super::classify::ClassifyOverrides;
 use super::failover::FailoverGroup;
-use super::resolved::{EffectClass, OnPartition, Scope};
+use super::resolved::{EffectClass, InFlightOnOpen, OnPartition, Scope};
 use super::PolicyProblem;
 use crate::error::CoreError;
 use crate::limits::POLICY_DOCUMENT_BYTES_MAX;
@@ -121,6 +121,9 @@ pub struct ToolOverrides {
     /// What a replica does when it cannot reach the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_partition: Option<OnPartition>,
+    /// What a call still running does when its breaker opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_on_open: Option<InFlightOnOpen>,
     /// Shadow mode: decide and count, never reject (staged rollout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<bool>,
@@ -152,6 +155,9 @@ pub struct ServerOverrides {
     /// Partition behaviour of this server's tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_partition: Option<OnPartition>,
+    /// In-flight behaviour of this server's tools when a breaker opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_on_open: Option<InFlightOnOpen>,
     /// Shadow mode for this server's breaker and tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<bool>,
@@ -285,6 +291,7 @@ impl ServerOverrides {
             effect: self.effect,
             scope: self.scope,
             on_partition: self.on_partition,
+            in_flight_on_open: self.in_flight_on_open,
             shadow: self.shadow,
             retry: self.retry.clone(),
             breaker: self.breaker.clone(),

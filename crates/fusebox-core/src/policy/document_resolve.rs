@@ -111,6 +111,8 @@ pub(crate) fn resolve_tool(layers: &[&ToolOverrides]) -> ToolPolicy {
         breaker: resolve_breaker(layers),
         scope: first(layers, |l| l.scope).unwrap_or(built_in.scope),
         on_partition: first(layers, |l| l.on_partition).unwrap_or(built_in.on_partition),
+        in_flight_on_open: first(layers, |l| l.in_flight_on_open)
+            .unwrap_or(built_in.in_flight_on_open),
         classify: Classification::resolve(layers.iter().map(|l| &l.classify)),
     }
 }

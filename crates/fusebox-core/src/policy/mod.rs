@@ -29,8 +29,8 @@ pub use document::{
 };
 pub use failover::{parse_tool, FailoverGroup, FAILOVER_GROUPS_MAX, FAILOVER_GROUP_TOOLS_MAX};
 pub use resolved::{
-    BreakerPolicy, EffectClass, OnPartition, OpenBackoff, RetryPolicy, Scope, ToolPolicy, Trip,
-    WindowPolicy,
+    BreakerPolicy, EffectClass, InFlightOnOpen, OnPartition, OpenBackoff, RetryPolicy, Scope,
+    ToolPolicy, Trip, WindowPolicy,
 };
 
 use serde::{Deserialize, Serialize};

@@ -66,6 +66,25 @@ pub enum OnPartition {
     FailClosed,
 }
 
+/// What happens to a call still running when its breaker opens.
+///
+/// `finish` lets it run to its own deadline, as every call did before this
+/// setting existed. `end` ends it at once with the open-circuit answer, as
+/// if it had just been refused: the fleet's trip then also frees the
+/// callers already waiting on the tool, which otherwise each lose the rest
+/// of their deadline (the slow-tool story's in-flight calls). It applies to
+/// reads only: a write's tool may already be acting, and ending the call
+/// would turn a known wait into an unknown outcome.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlightOnOpen {
+    /// The call runs to its own end or deadline.
+    #[default]
+    Finish,
+    /// The call ends when the replica's view shows its breaker open.
+    End,
+}
+
 /// When a closed breaker opens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -218,6 +237,9 @@ pub struct ToolPolicy {
     pub scope: Scope,
     /// Behaviour when the cluster is unreachable.
     pub on_partition: OnPartition,
+    /// What happens to a call in flight when its breaker opens.
+    #[serde(default)]
+    pub in_flight_on_open: InFlightOnOpen,
     /// Answer patterns that overrule an answer's form.
     #[serde(default, skip_serializing_if = "Classification::is_empty")]
     pub classify: Classification,
@@ -232,6 +254,7 @@ impl Default for ToolPolicy {
             breaker: BreakerPolicy::default(),
             scope: Scope::Tool,
             on_partition: OnPartition::FailOpenLocal,
+            in_flight_on_open: InFlightOnOpen::Finish,
             classify: Classification::default(),
         }
     }

@@ -445,6 +445,29 @@ fn unknown_fields_are_refused_with_their_path() {
 }
 
 #[test]
+fn in_flight_on_open_defaults_to_finish_and_is_inherited_like_any_setting() {
+    let document = parse(
+        r#"
+[servers.tax]
+in_flight_on_open = "end"
+
+[servers.tax.tools.file_return]
+in_flight_on_open = "finish"
+"#,
+    );
+    let on_open = |s: &str, t: &str| document.tool_policy(&server(s), &tool(t)).in_flight_on_open;
+    assert_eq!(on_open("crm", "get_deal"), InFlightOnOpen::Finish);
+    assert_eq!(on_open("tax", "lookup"), InFlightOnOpen::End);
+    assert_eq!(on_open("tax", "file_return"), InFlightOnOpen::Finish);
+    let problems = problems_of(
+        "[defaults]
+in_flight_on_open = \"abort\"",
+        PolicyFormat::Toml,
+    );
+    assert_eq!(fields(&problems), vec!["defaults.in_flight_on_open"]);
+}
+
+#[test]
 fn unreadable_documents_are_one_problem_naming_the_field_or_line() {
     let cases = [
         ("[defaults]\ntimeout_ms = \"fast\"", "defaults.timeout_ms"),
