@@ -147,6 +147,15 @@ fn parse_range(text: &str) -> Result<Range<u64>, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // `FUSEBOX_SIM_LOG=fusebox_server=debug,openraft=info`: the nodes' and
+    // the SDK's own logs on stderr, for a seed being looked into.
+    if let Ok(filter) = std::env::var("FUSEBOX_SIM_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .without_time()
+            .init();
+    }
     let ok = match args.seed {
         Some(seed) if args.incident_cost => incident_cost(&args, seed),
         Some(seed) if args.determinism => determinism(&args, seed),

@@ -111,6 +111,16 @@ fn raft_config(config: &NodeConfig) -> Result<Config, StartError> {
         // (remove, restart with --join, add back) stays documented: see
         // docs/decisions/0003-openraft-and-rocksdb.md.
         allow_log_reversion: Some(true),
+        // A leader that restarts must win a new election, as in standard
+        // Raft. openraft's default restores it as leader of its old term at
+        // once, with the commit index it last saved, which may be stale
+        // (it is saved unsynced, and applies are not flushed): seed 26843
+        // showed such a leader answer a linearizable lookup of a key whose
+        // acknowledged `begin` it had not applied yet, 32 ms after a power
+        // cut. A restored leader could also have lost log entries it never
+        // flushed but its followers committed, and would then reuse their
+        // indexes in the same term.
+        enable_leader_restore: Some(false),
         ..Default::default()
     };
     raft.validate()
