@@ -6,7 +6,7 @@ use super::answer::Answer;
 use super::command::OperatorAction;
 use super::state_machine::StateMachine;
 use super::watch_event::WatchEvent;
-use crate::breaker::{Breaker, BreakerKey, BreakerState, BreakerView, ProbeAnswer};
+use crate::breaker::{Breaker, BreakerKey, BreakerState, ProbeAnswer};
 use crate::error::CoreError;
 use crate::ledger::LedgerStore;
 use crate::limits::BREAKERS_PER_NAMESPACE_MAX;
@@ -116,33 +116,44 @@ impl<L: LedgerStore> StateMachine<L> {
     ) -> Result<T, CoreError> {
         debug_assert!(key.check().is_ok(), "validated on entry");
         self.fleet.touch_namespace(&key.namespace)?;
-        let mut breaker = match self.fleet.breakers.remove(key) {
-            Some(b) => b,
-            None => self.new_breaker(key)?,
+        if !self.fleet.breakers.contains_key(key) {
+            let fresh = self.new_breaker(key)?;
+            self.fleet.breakers.insert(key.clone(), fresh);
+        }
+        // Changed in place: an outcome report records on two breakers per
+        // outcome, and taking each out and back in cost two key copies.
+        let fleet = &mut self.fleet;
+        let Some(breaker) = fleet.breakers.get_mut(key) else {
+            return Err(CoreError::invalid("breaker", "vanished while changed"));
         };
         let (deadline, generation) = (breaker.next_deadline(), breaker.generation());
+        #[cfg(debug_assertions)]
         let permits = breaker.live_permits();
-        let out = f(&mut breaker);
-        if breaker.next_deadline() != deadline {
+        let out = f(breaker);
+        let (next_deadline, next_generation) = (breaker.next_deadline(), breaker.generation());
+        #[cfg(debug_assertions)]
+        let live = breaker.live_permits();
+        if next_deadline != deadline {
             if let Some(at) = deadline {
-                self.fleet.breaker_deadlines.remove(&(at, key.clone()));
+                fleet.breaker_deadlines.remove(&(at, key.clone()));
             }
-            if let Some(at) = breaker.next_deadline() {
-                self.fleet.breaker_deadlines.insert((at, key.clone()));
+            if let Some(at) = next_deadline {
+                fleet.breaker_deadlines.insert((at, key.clone()));
             }
         }
-        debug_assert!(breaker.generation() >= generation, "generations only grow");
+        debug_assert!(next_generation >= generation, "generations only grow");
+        #[cfg(debug_assertions)]
         debug_assert!(
-            breaker.live_permits()
-                <= permits.max(self.breaker_policy(key).concurrent_probes.max(1) as usize),
+            live <= permits.max(self.breaker_policy(key).concurrent_probes.max(1) as usize),
             "a grant never takes permits past the policy's bound"
         );
-        if breaker.generation() != generation {
+        if next_generation != generation {
             let revision = self.fleet.next_revision();
-            let view = BreakerView::of(key, &breaker, &self.breaker_policy(key));
-            events.push(WatchEvent::Breaker { revision, view });
+            events.push(WatchEvent::Breaker {
+                revision,
+                view: self.view(key),
+            });
         }
-        self.fleet.breakers.insert(key.clone(), breaker);
         Ok(out)
     }
 

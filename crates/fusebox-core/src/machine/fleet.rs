@@ -44,7 +44,15 @@ impl Fleet {
         ns: &Namespace,
     ) -> Result<&mut NamespaceState, CoreError> {
         self.check_namespace_room(ns)?;
-        Ok(self.namespaces.entry(ns.clone()).or_default())
+        // Looked up before `entry`, which would copy the name every time.
+        if !self.namespaces.contains_key(ns) {
+            self.namespaces
+                .insert(ns.clone(), NamespaceState::default());
+        }
+        match self.namespaces.get_mut(ns) {
+            Some(state) => Ok(state),
+            None => Err(CoreError::invalid("namespace", "vanished while touched")),
+        }
     }
 
     /// Refuses a new namespace once [`NAMESPACES_MAX`] exist.

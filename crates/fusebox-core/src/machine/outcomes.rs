@@ -9,8 +9,8 @@ use super::watch_event::WatchEvent;
 use crate::breaker::{BreakerKey, Observation, Recorded};
 use crate::error::CoreError;
 use crate::ledger::LedgerStore;
-use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
-use crate::policy::ToolPolicy;
+use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
+use crate::policy::{BreakerPolicy, PolicyDocument};
 use crate::time::Timestamp;
 use crate::tools::ToolId;
 use std::borrow::Cow;
@@ -41,54 +41,54 @@ impl<L: LedgerStore> StateMachine<L> {
             }));
         }
         self.fleet.report_marks.note(ns, replica, batch_seq, now);
-        // One clone per batch: the breakers below borrow `self` mutably.
-        let document = self.policy_document(ns).clone();
-        let mut resolved: BTreeMap<(ServerName, ToolName), ToolPolicy> = BTreeMap::new();
-        let mut summary = ReportSummary::default();
-        let mut timed: BTreeSet<ToolId> = BTreeSet::new();
+        // Each distinct tool of the batch is resolved once: its policies,
+        // its two breaker keys and its id. Outcomes then borrow them, so
+        // applying one copies no name.
+        let document = self.policy_document(ns);
         let window_ms = document.observation_window_ms();
+        let mut index: BTreeMap<(&ServerName, &ToolName, Option<&BackendName>), usize> =
+            BTreeMap::new();
+        let mut tools: Vec<BatchTool> = Vec::new();
+        let mut slots: Vec<usize> = Vec::with_capacity(outcomes.len());
         for o in outcomes {
-            if o.class.has_latency() {
-                let id = ToolId {
-                    namespace: ns.clone(),
-                    server: o.server.clone(),
-                    tool: o.tool.clone(),
-                };
-                if self.fleet.tools.observe(&id, now, o.duration_ms, window_ms) {
-                    timed.insert(id);
-                }
+            let slot = *index
+                .entry((&o.server, &o.tool, o.backend.as_ref()))
+                .or_insert_with(|| {
+                    tools.push(BatchTool::resolve(document, ns, o));
+                    tools.len() - 1
+                });
+            slots.push(slot);
+        }
+        let mut summary = ReportSummary::default();
+        let mut timed: BTreeSet<usize> = BTreeSet::new();
+        for (o, &slot) in outcomes.iter().zip(&slots) {
+            let t = &tools[slot];
+            if o.class.has_latency()
+                && self
+                    .fleet
+                    .tools
+                    .observe(&t.id, now, o.duration_ms, window_ms)
+            {
+                timed.insert(slot);
             }
-            let tool_policy = resolved
-                .entry((o.server.clone(), o.tool.clone()))
-                .or_insert_with(|| document.tool_policy(&o.server, &o.tool))
-                .clone();
-            let server_key = BreakerKey::server(ns.clone(), o.server.clone());
-            let server_policy = document.server_breaker(&o.server);
             let server_obs = Observation {
                 replica: Cow::Borrowed(replica),
                 generation: o.server_generation,
                 verdict: o.class.server_verdict(),
                 duration_ms: o.duration_ms,
             };
-            let tool_key = BreakerKey::for_call(
-                ns,
-                &o.server,
-                &o.tool,
-                o.backend.as_ref(),
-                tool_policy.scope,
-            );
             let tool_obs = Observation {
                 replica: Cow::Borrowed(replica),
                 generation: o.tool_generation,
-                verdict: o.class.verdict(tool_policy.breaker.rate_limited_is_failure),
+                verdict: o.class.verdict(t.tool_breaker.rate_limited_is_failure),
                 duration_ms: o.duration_ms,
             };
             let pairs = [
-                (server_key, server_policy, server_obs),
-                (tool_key, tool_policy.breaker, tool_obs),
+                (&t.server_key, &t.server_breaker, server_obs),
+                (&t.tool_key, &t.tool_breaker, tool_obs),
             ];
             for (key, policy, obs) in pairs {
-                match self.with_breaker(&key, events, |b| b.record(&policy, now, &obs)) {
+                match self.with_breaker(key, events, |b| b.record(policy, now, &obs)) {
                     Ok(Recorded::Counted) => summary.counted += 1,
                     Ok(Recorded::Stale) => summary.stale += 1,
                     Ok(Recorded::Ignored | Recorded::NotCounting) => summary.ignored += 1,
@@ -97,6 +97,10 @@ impl<L: LedgerStore> StateMachine<L> {
                 }
             }
         }
+        let timed: BTreeSet<ToolId> = timed
+            .into_iter()
+            .map(|slot| tools[slot].id.clone())
+            .collect();
         self.update_penalties(&timed, now, events);
         Ok(Answer::Reported(summary))
     }
@@ -127,5 +131,37 @@ impl<L: LedgerStore> StateMachine<L> {
             })
             .collect();
         Answer::ReportedBatch(answers)
+    }
+}
+
+/// One tool of a report, resolved once for all its outcomes.
+struct BatchTool {
+    id: ToolId,
+    server_key: BreakerKey,
+    server_breaker: BreakerPolicy,
+    tool_key: BreakerKey,
+    tool_breaker: BreakerPolicy,
+}
+
+impl BatchTool {
+    fn resolve(document: &PolicyDocument, ns: &Namespace, o: &OutcomeReport) -> BatchTool {
+        let tool_policy = document.tool_policy(&o.server, &o.tool);
+        BatchTool {
+            id: ToolId {
+                namespace: ns.clone(),
+                server: o.server.clone(),
+                tool: o.tool.clone(),
+            },
+            server_key: BreakerKey::server(ns.clone(), o.server.clone()),
+            server_breaker: document.server_breaker(&o.server),
+            tool_key: BreakerKey::for_call(
+                ns,
+                &o.server,
+                &o.tool,
+                o.backend.as_ref(),
+                tool_policy.scope,
+            ),
+            tool_breaker: tool_policy.breaker,
+        }
     }
 }
