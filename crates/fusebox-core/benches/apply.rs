@@ -4,9 +4,10 @@
 //! one entry. The figures are per report; divide by 100 for an outcome.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use fusebox_core::machine::{Command, OutcomeReport, Report, StateMachine};
+use fusebox_core::machine::{Answer, Command, OutcomeReport, Report, StateMachine};
 use fusebox_core::name::{Namespace, ReplicaId, ServerName, ToolName};
 use fusebox_core::outcome::OutcomeClass;
+use fusebox_core::policy::{PolicyDocument, PolicyFormat};
 use fusebox_core::time::Timestamp;
 
 const OUTCOMES: usize = 100;
@@ -17,9 +18,9 @@ fn outcomes(seq: u64) -> Vec<OutcomeReport> {
         .map(|i| {
             let n = (seq as usize * OUTCOMES + i) % TOOLS;
             OutcomeReport {
-                server: ServerName::new(&format!("server-{}", n % 8))
+                server: ServerName::new(format!("server-{}", n % 8))
                     .unwrap_or_else(|_| unreachable!()),
-                tool: ToolName::new(&format!("tool-{n}")).unwrap_or_else(|_| unreachable!()),
+                tool: ToolName::new(format!("tool-{n}")).unwrap_or_else(|_| unreachable!()),
                 backend: None,
                 // One in twenty fails, spread so no breaker trips.
                 class: if i % 20 == 7 {
@@ -38,15 +39,49 @@ fn outcomes(seq: u64) -> Vec<OutcomeReport> {
 fn report(replica: u64, seq: u64) -> Report {
     Report {
         namespace: Namespace::new("bench").unwrap_or_else(|_| unreachable!()),
-        replica: ReplicaId::new(&format!("replica-{replica}")).unwrap_or_else(|_| unreachable!()),
+        replica: ReplicaId::new(format!("replica-{replica}")).unwrap_or_else(|_| unreachable!()),
         batch_seq: seq,
         outcomes: outcomes(seq),
     }
 }
 
+/// A fleet's policy: defaults, a server override, two tool overrides.
+const POLICY: &str = r#"
+[defaults]
+timeout_ms = 3000
+
+[defaults.breaker]
+consecutive_failures = 50
+
+[servers.server-3]
+timeout_ms = 10000
+
+[servers.server-3.tools.tool-3]
+effect = "idempotent_write"
+
+[servers.server-5.tools.tool-13.breaker]
+consecutive_failures = 5
+"#;
+
 fn apply(c: &mut Criterion) {
     let mut group = c.benchmark_group("apply");
     let mut sm = StateMachine::new();
+    let document = PolicyDocument::parse(POLICY, PolicyFormat::Toml)
+        .unwrap_or_else(|e| panic!("the bench's policy: {e}"));
+    let applied = sm.apply(
+        &Command::ApplyPolicy {
+            namespace: Namespace::new("bench").unwrap_or_else(|_| unreachable!()),
+            document: Box::new(document),
+            actor: "bench".into(),
+            reason: "bench".into(),
+        },
+        Timestamp::from_millis(1_000),
+    );
+    assert!(
+        !matches!(applied.answer, Answer::Rejected(_)),
+        "{:?}",
+        applied.answer
+    );
     let (mut seq, mut now) = (0u64, 1_000_000u64);
     group.throughput(Throughput::Elements(OUTCOMES as u64));
     group.bench_function("one report of 100 outcomes over 64 tools", |b| {

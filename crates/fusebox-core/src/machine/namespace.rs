@@ -1,10 +1,15 @@
 //! Per-namespace settings: policy versions and the write kill switch.
 
+use crate::breaker::BreakerKey;
 use crate::limits::POLICY_VERSIONS_MAX;
-use crate::policy::PolicyDocument;
+use crate::name::{Namespace, ServerName, ToolName};
+use crate::policy::{BreakerPolicy, PolicyDocument, Scope};
 use crate::time::Timestamp;
+use crate::tools::ToolId;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// One stored policy version.
 ///
@@ -25,6 +30,104 @@ pub struct PolicyVersion {
     pub reason: String,
     /// The version it restored, for a rollback.
     pub rolled_back_from: Option<u64>,
+    /// Tools resolved under this version so far (derived, never encoded):
+    /// a new version starts with none.
+    #[serde(skip)]
+    pub(crate) resolved: ResolvedTools,
+}
+
+/// What one tool resolves to under one policy version: its two breakers'
+/// policies, and the keys and id its outcomes count on.
+#[derive(Debug)]
+pub(crate) struct ToolResolution {
+    pub(crate) id: ToolId,
+    pub(crate) server_key: BreakerKey,
+    pub(crate) server_breaker: BreakerPolicy,
+    /// The tool's key under `Scope::Tool` (a backend-scoped tool's key
+    /// depends on each call's backend).
+    pub(crate) tool_key: BreakerKey,
+    pub(crate) scope: Scope,
+    pub(crate) tool_breaker: BreakerPolicy,
+}
+
+impl ToolResolution {
+    /// Resolves `server`/`tool` of `ns` under `document`.
+    pub(crate) fn resolve(
+        document: &PolicyDocument,
+        ns: &Namespace,
+        server: &ServerName,
+        tool: &ToolName,
+    ) -> ToolResolution {
+        let policy = document.tool_policy(server, tool);
+        ToolResolution {
+            id: ToolId {
+                namespace: ns.clone(),
+                server: server.clone(),
+                tool: tool.clone(),
+            },
+            server_key: BreakerKey::server(ns.clone(), server.clone()),
+            server_breaker: document.server_breaker(server),
+            tool_key: BreakerKey::tool(ns.clone(), server.clone(), tool.clone()),
+            scope: policy.scope,
+            tool_breaker: policy.breaker,
+        }
+    }
+}
+
+/// The tools resolved under one policy version, at most
+/// [`RESOLVED_TOOLS_MAX`]; past it, tools are resolved on every use. It is
+/// state derived from the version, so copies start empty and it never
+/// makes two states differ.
+#[derive(Default)]
+pub(crate) struct ResolvedTools {
+    /// By server, then tool, so a lookup borrows the names.
+    by_server: BTreeMap<ServerName, BTreeMap<ToolName, Arc<ToolResolution>>>,
+    count: usize,
+}
+
+/// Tools one policy version keeps resolved.
+const RESOLVED_TOOLS_MAX: usize = 4_096;
+
+impl ResolvedTools {
+    /// `server`/`tool` under `document`, resolved once.
+    pub(crate) fn get(
+        &mut self,
+        document: &PolicyDocument,
+        ns: &Namespace,
+        server: &ServerName,
+        tool: &ToolName,
+    ) -> Arc<ToolResolution> {
+        if let Some(found) = self.by_server.get(server).and_then(|tools| tools.get(tool)) {
+            return found.clone();
+        }
+        let resolved = Arc::new(ToolResolution::resolve(document, ns, server, tool));
+        if self.count < RESOLVED_TOOLS_MAX {
+            self.by_server
+                .entry(server.clone())
+                .or_default()
+                .insert(tool.clone(), resolved.clone());
+            self.count += 1;
+        }
+        resolved
+    }
+}
+
+impl Clone for ResolvedTools {
+    fn clone(&self) -> Self {
+        ResolvedTools::default()
+    }
+}
+
+impl PartialEq for ResolvedTools {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for ResolvedTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ResolvedTools({})", self.count)
+    }
 }
 
 /// The write kill switch of a namespace.
@@ -85,6 +188,7 @@ impl NamespaceState {
             actor: actor.to_owned(),
             reason: reason.to_owned(),
             rolled_back_from,
+            resolved: ResolvedTools::default(),
         });
         version
     }

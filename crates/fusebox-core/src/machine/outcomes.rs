@@ -4,17 +4,20 @@
 
 use super::answer::{Answer, ReportSummary};
 use super::command::{OutcomeReport, Report};
+use super::namespace::ToolResolution;
 use super::state_machine::StateMachine;
+use super::state_machine::DEFAULT_POLICY;
 use super::watch_event::WatchEvent;
 use crate::breaker::{BreakerKey, Observation, Recorded};
 use crate::error::CoreError;
 use crate::ledger::LedgerStore;
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
-use crate::policy::{BreakerPolicy, PolicyDocument};
+use crate::policy::Scope;
 use crate::time::Timestamp;
 use crate::tools::ToolId;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 impl<L: LedgerStore> StateMachine<L> {
     /// One replica's report. A report to a namespace the cluster has no
@@ -41,11 +44,15 @@ impl<L: LedgerStore> StateMachine<L> {
             }));
         }
         self.fleet.report_marks.note(ns, replica, batch_seq, now);
-        // Each distinct tool of the batch is resolved once: its policies,
-        // its two breaker keys and its id. Outcomes then borrow them, so
-        // applying one copies no name.
-        let document = self.policy_document(ns);
-        let window_ms = document.observation_window_ms();
+        // Each distinct tool is resolved once per policy version (kept with
+        // the version) and looked up once per report; outcomes then borrow
+        // the resolution, so applying one copies no name.
+        let window_ms = self.policy_document(ns).observation_window_ms();
+        let mut version = self
+            .fleet
+            .namespaces
+            .get_mut(ns)
+            .and_then(|n| n.policies.back_mut());
         let mut index: BTreeMap<(&ServerName, &ToolName, Option<&BackendName>), usize> =
             BTreeMap::new();
         let mut tools: Vec<BatchTool> = Vec::new();
@@ -54,7 +61,16 @@ impl<L: LedgerStore> StateMachine<L> {
             let slot = *index
                 .entry((&o.server, &o.tool, o.backend.as_ref()))
                 .or_insert_with(|| {
-                    tools.push(BatchTool::resolve(document, ns, o));
+                    let resolution = match version.as_deref_mut() {
+                        Some(v) => v.resolved.get(&v.document, ns, &o.server, &o.tool),
+                        None => Arc::new(ToolResolution::resolve(
+                            &DEFAULT_POLICY,
+                            ns,
+                            &o.server,
+                            &o.tool,
+                        )),
+                    };
+                    tools.push(BatchTool::new(resolution, ns, o));
                     tools.len() - 1
                 });
             slots.push(slot);
@@ -63,11 +79,12 @@ impl<L: LedgerStore> StateMachine<L> {
         let mut timed: BTreeSet<usize> = BTreeSet::new();
         for (o, &slot) in outcomes.iter().zip(&slots) {
             let t = &tools[slot];
+            let r = &t.resolution;
             if o.class.has_latency()
                 && self
                     .fleet
                     .tools
-                    .observe(&t.id, now, o.duration_ms, window_ms)
+                    .observe(&r.id, now, o.duration_ms, window_ms)
             {
                 timed.insert(slot);
             }
@@ -80,12 +97,12 @@ impl<L: LedgerStore> StateMachine<L> {
             let tool_obs = Observation {
                 replica: Cow::Borrowed(replica),
                 generation: o.tool_generation,
-                verdict: o.class.verdict(t.tool_breaker.rate_limited_is_failure),
+                verdict: o.class.verdict(r.tool_breaker.rate_limited_is_failure),
                 duration_ms: o.duration_ms,
             };
             let pairs = [
-                (&t.server_key, &t.server_breaker, server_obs),
-                (&t.tool_key, &t.tool_breaker, tool_obs),
+                (&r.server_key, &r.server_breaker, server_obs),
+                (t.tool_key(), &r.tool_breaker, tool_obs),
             ];
             for (key, policy, obs) in pairs {
                 match self.with_breaker(key, events, |b| b.record(policy, now, &obs)) {
@@ -99,7 +116,7 @@ impl<L: LedgerStore> StateMachine<L> {
         }
         let timed: BTreeSet<ToolId> = timed
             .into_iter()
-            .map(|slot| tools[slot].id.clone())
+            .map(|slot| tools[slot].resolution.id.clone())
             .collect();
         self.update_penalties(&timed, now, events);
         Ok(Answer::Reported(summary))
@@ -134,34 +151,28 @@ impl<L: LedgerStore> StateMachine<L> {
     }
 }
 
-/// One tool of a report, resolved once for all its outcomes.
+/// One tool of a report: its resolution, and its key when that depends on
+/// the outcomes' backend.
 struct BatchTool {
-    id: ToolId,
-    server_key: BreakerKey,
-    server_breaker: BreakerPolicy,
-    tool_key: BreakerKey,
-    tool_breaker: BreakerPolicy,
+    resolution: Arc<ToolResolution>,
+    backend_key: Option<BreakerKey>,
 }
 
 impl BatchTool {
-    fn resolve(document: &PolicyDocument, ns: &Namespace, o: &OutcomeReport) -> BatchTool {
-        let tool_policy = document.tool_policy(&o.server, &o.tool);
+    fn new(resolution: Arc<ToolResolution>, ns: &Namespace, o: &OutcomeReport) -> BatchTool {
+        let backend_key = (resolution.scope == Scope::ToolAndBackend).then(|| {
+            BreakerKey::for_call(ns, &o.server, &o.tool, o.backend.as_ref(), resolution.scope)
+        });
         BatchTool {
-            id: ToolId {
-                namespace: ns.clone(),
-                server: o.server.clone(),
-                tool: o.tool.clone(),
-            },
-            server_key: BreakerKey::server(ns.clone(), o.server.clone()),
-            server_breaker: document.server_breaker(&o.server),
-            tool_key: BreakerKey::for_call(
-                ns,
-                &o.server,
-                &o.tool,
-                o.backend.as_ref(),
-                tool_policy.scope,
-            ),
-            tool_breaker: tool_policy.breaker,
+            resolution,
+            backend_key,
         }
+    }
+
+    /// The key of the tool's own breaker.
+    fn tool_key(&self) -> &BreakerKey {
+        self.backend_key
+            .as_ref()
+            .unwrap_or(&self.resolution.tool_key)
     }
 }

@@ -18,6 +18,9 @@ use crate::time::Timestamp;
 use crate::tools::ToolRegistry;
 use std::sync::LazyLock;
 
+/// The policy of a namespace that never applied one.
+pub(super) static DEFAULT_POLICY: LazyLock<PolicyDocument> = LazyLock::new(PolicyDocument::default);
+
 /// The whole replicated state: the [`Fleet`] and the ledger, in a store
 /// of the caller's choice (in memory by default).
 ///
@@ -134,12 +137,11 @@ impl<L: LedgerStore> StateMachine<L> {
 
     /// The policy document in force in a namespace (defaults if none).
     pub fn policy_document(&self, ns: &Namespace) -> &PolicyDocument {
-        static DEFAULTS: LazyLock<PolicyDocument> = LazyLock::new(PolicyDocument::default);
         self.fleet
             .namespaces
             .get(ns)
             .and_then(|n| n.policy())
-            .map_or(&*DEFAULTS, |p| &p.document)
+            .map_or(&*DEFAULT_POLICY, |p| &p.document)
     }
 
     /// The breaker policy in force for a key.

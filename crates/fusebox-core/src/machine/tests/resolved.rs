@@ -1,0 +1,103 @@
+//! Tools are resolved once per policy version and kept with it: a new
+//! version (an apply or a rollback) must be read afresh, and the kept
+//! resolutions never make two states differ.
+
+use crate::breaker::{BreakerKey, BreakerState};
+use crate::machine::*;
+use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
+use crate::outcome::OutcomeClass;
+use crate::policy::{PolicyDocument, PolicyFormat};
+use crate::time::Timestamp;
+
+fn ns() -> Namespace {
+    Namespace::new("fleet").unwrap()
+}
+
+fn apply_policy(sm: &mut StateMachine, failures: u32, at: Timestamp) {
+    let text = format!(
+        "[servers.tax.breaker]\nconsecutive_failures = 1000\n\n[servers.tax.tools.lookup.breaker]\nconsecutive_failures = {failures}\n"
+    );
+    let document = PolicyDocument::parse(&text, PolicyFormat::Toml).unwrap();
+    let applied = sm.apply(
+        &Command::ApplyPolicy {
+            namespace: ns(),
+            document: Box::new(document),
+            actor: "test".into(),
+            reason: "test".into(),
+        },
+        at,
+    );
+    assert!(
+        !matches!(applied.answer, Answer::Rejected(_)),
+        "{applied:?}"
+    );
+}
+
+fn fail(sm: &mut StateMachine, seq: u64, at: Timestamp) {
+    let applied = sm.apply(
+        &Command::ReportOutcomes {
+            namespace: ns(),
+            replica: ReplicaId::new("r1").unwrap(),
+            batch_seq: seq,
+            outcomes: vec![OutcomeReport {
+                server: ServerName::new("tax").unwrap(),
+                tool: ToolName::new("lookup").unwrap(),
+                backend: None,
+                class: OutcomeClass::ServerError,
+                duration_ms: 5,
+                server_generation: 0,
+                tool_generation: 0,
+            }],
+        },
+        at,
+    );
+    assert!(matches!(applied.answer, Answer::Reported(_)), "{applied:?}");
+}
+
+fn lookup_state(sm: &StateMachine) -> BreakerState {
+    let key = BreakerKey::tool(
+        ns(),
+        ServerName::new("tax").unwrap(),
+        ToolName::new("lookup").unwrap(),
+    );
+    sm.view(&key).state
+}
+
+#[test]
+fn a_new_policy_version_is_resolved_afresh() {
+    let mut sm = StateMachine::new();
+    let t = Timestamp::from_millis(1_000);
+    apply_policy(&mut sm, 100, t);
+    fail(&mut sm, 1, t);
+    fail(&mut sm, 2, t);
+    assert_eq!(lookup_state(&sm), BreakerState::Closed, "100 needed");
+    // Three failures in a row now open it: the tool's resolution under the
+    // first version (100) must not be used under the second (3).
+    apply_policy(&mut sm, 3, t);
+    fail(&mut sm, 3, t);
+    assert_eq!(lookup_state(&sm), BreakerState::Open);
+}
+
+#[test]
+fn kept_resolutions_never_make_states_differ() {
+    let mut sm = StateMachine::new();
+    let t = Timestamp::from_millis(1_000);
+    apply_policy(&mut sm, 100, t);
+    fail(&mut sm, 1, t);
+    // A copy (what a snapshot restores) starts with nothing resolved; it
+    // must still equal the original and encode the same.
+    let copy = sm.fleet.clone();
+    assert!(copy == sm.fleet);
+    assert_eq!(
+        postcard::to_allocvec(&copy).unwrap(),
+        postcard::to_allocvec(&sm.fleet).unwrap()
+    );
+    let resolved = |f: &Fleet| {
+        format!(
+            "{:?}",
+            f.namespaces[&ns()].policies.back().unwrap().resolved
+        )
+    };
+    assert_eq!(resolved(&sm.fleet), "ResolvedTools(1)");
+    assert_eq!(resolved(&copy), "ResolvedTools(0)");
+}
