@@ -7,11 +7,11 @@
 
 mod support;
 
-use fusebox_client::{BreakerState, ClientError, Journey, ToolFailure, ToolRef};
+use fusebox_client::{BreakerState, ClientError, Journey, ToolRef};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{connected, wait_for, TestCluster};
+use support::{connected, hangs, wait_for, TestCluster};
 
 const POLICY: &str = r#"
 [defaults]
@@ -28,24 +28,6 @@ in_flight_on_open = "end"
 effect = "idempotent_write"
 in_flight_on_open = "end"
 "#;
-
-/// A tool that answers after a minute. Its "backend request" runs apart
-/// from the call's future, as a real transport's would, and notes when the
-/// token handed to the call fires (the future being dropped alone would
-/// leave it running).
-async fn hangs(
-    cancelled: Arc<AtomicBool>,
-    token: fusebox_client::CancellationToken,
-) -> Result<(), ToolFailure> {
-    tokio::spawn(async move {
-        tokio::select! {
-            () = token.cancelled() => cancelled.store(true, Ordering::SeqCst),
-            () = tokio::time::sleep(Duration::from_secs(60)) => {}
-        }
-    });
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_in_flight_ends_when_its_breaker_opens_only_if_its_policy_says_end() {

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{connected, wait_for, TestCluster};
+use support::{connected, hangs, wait_for, TestCluster};
 
 const POLICY: &str = r#"
 [defaults]
@@ -39,24 +39,6 @@ async fn setup() -> (TestCluster, fusebox_client::Client) {
     })
     .await;
     (cluster, client)
-}
-
-/// A tool that never answers. Its "backend request" runs apart from the
-/// call's future (as a real transport's would) and stops when the token
-/// handed to the call fires: the future being dropped alone would leave it
-/// running.
-async fn hangs(
-    cancelled: Arc<AtomicBool>,
-    token: fusebox_client::CancellationToken,
-) -> Result<(), ToolFailure> {
-    tokio::spawn(async move {
-        tokio::select! {
-            () = token.cancelled() => cancelled.store(true, Ordering::SeqCst),
-            () = tokio::time::sleep(Duration::from_secs(60)) => {}
-        }
-    });
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -335,3 +335,21 @@ impl Drop for Proxy {
         self.cut();
     }
 }
+
+/// A tool that never answers. Its "backend request" runs apart from the
+/// call's future (as a real transport's would) and notes in `cancelled`
+/// when the token handed to the call fires: the future being dropped alone
+/// would leave it running.
+pub async fn hangs(
+    cancelled: Arc<AtomicBool>,
+    token: fusebox_client::CancellationToken,
+) -> Result<(), fusebox_client::ToolFailure> {
+    tokio::spawn(async move {
+        tokio::select! {
+            () = token.cancelled() => cancelled.store(true, Ordering::SeqCst),
+            () = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}

@@ -178,6 +178,11 @@ impl NamespaceState {
         rolled_back_from: Option<u64>,
     ) -> u64 {
         let version = self.policy_version() + 1;
+        // Only the version in force is resolved against; the one it
+        // replaces lets its tools go.
+        if let Some(previous) = self.policies.back_mut() {
+            previous.resolved = ResolvedTools::default();
+        }
         if self.policies.len() >= POLICY_VERSIONS_MAX {
             self.policies.pop_front();
         }

@@ -6,9 +6,36 @@ mod resolved;
 mod snapshots;
 mod tools;
 
-use super::{Command, StateMachine};
+use super::{Command, OutcomeReport, StateMachine};
 use crate::limits::CLOCK_STEP_MS_MAX;
+use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
+use crate::outcome::OutcomeClass;
 use crate::time::Timestamp;
+
+/// Replica `r1`'s report `seq` to `ns` of one 5 ms outcome of
+/// `server`/`tool`, seen at generation 0.
+pub(super) fn one_outcome(
+    ns: &str,
+    seq: u64,
+    server: &str,
+    tool: &str,
+    class: OutcomeClass,
+) -> Command {
+    Command::ReportOutcomes {
+        namespace: Namespace::new(ns).unwrap(),
+        replica: ReplicaId::new("r1").unwrap(),
+        batch_seq: seq,
+        outcomes: vec![OutcomeReport {
+            server: ServerName::new(server).unwrap(),
+            tool: ToolName::new(tool).unwrap(),
+            backend: None,
+            class,
+            duration_ms: 5,
+            server_generation: 0,
+            tool_generation: 0,
+        }],
+    }
+}
 
 /// Lets time pass from `from` to `to` as a live cluster would: a `Tick` a
 /// step apart, so the state clock follows (`clock.rs` paces big jumps).

@@ -5,25 +5,12 @@
 use crate::error::CoreError;
 use crate::limits::NAMESPACES_MAX;
 use crate::machine::*;
-use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
+use crate::name::{Namespace, ReplicaId, ToolName};
 use crate::outcome::OutcomeClass;
 use crate::time::Timestamp;
 
 fn report(ns: &str, seq: u64) -> Command {
-    Command::ReportOutcomes {
-        namespace: Namespace::new(ns).unwrap(),
-        replica: ReplicaId::new("r1").unwrap(),
-        batch_seq: seq,
-        outcomes: vec![OutcomeReport {
-            server: ServerName::new("search").unwrap(),
-            tool: ToolName::new("lookup").unwrap(),
-            backend: None,
-            class: OutcomeClass::ServerError,
-            duration_ms: 5,
-            server_generation: 0,
-            tool_generation: 0,
-        }],
-    }
+    super::one_outcome(ns, seq, "search", "lookup", OutcomeClass::ServerError)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use crate::breaker::{BreakerKey, BreakerState};
 use crate::machine::*;
-use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
+use crate::name::{Namespace, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
 use crate::policy::{PolicyDocument, PolicyFormat};
 use crate::time::Timestamp;
@@ -34,23 +34,8 @@ fn apply_policy(sm: &mut StateMachine, failures: u32, at: Timestamp) {
 }
 
 fn fail(sm: &mut StateMachine, seq: u64, at: Timestamp) {
-    let applied = sm.apply(
-        &Command::ReportOutcomes {
-            namespace: ns(),
-            replica: ReplicaId::new("r1").unwrap(),
-            batch_seq: seq,
-            outcomes: vec![OutcomeReport {
-                server: ServerName::new("tax").unwrap(),
-                tool: ToolName::new("lookup").unwrap(),
-                backend: None,
-                class: OutcomeClass::ServerError,
-                duration_ms: 5,
-                server_generation: 0,
-                tool_generation: 0,
-            }],
-        },
-        at,
-    );
+    let report = super::one_outcome("fleet", seq, "tax", "lookup", OutcomeClass::ServerError);
+    let applied = sm.apply(&report, at);
     assert!(matches!(applied.answer, Answer::Reported(_)), "{applied:?}");
 }
 
@@ -76,6 +61,13 @@ fn a_new_policy_version_is_resolved_afresh() {
     apply_policy(&mut sm, 3, t);
     fail(&mut sm, 3, t);
     assert_eq!(lookup_state(&sm), BreakerState::Open);
+    // Only the version in force keeps resolutions.
+    let kept: Vec<String> = sm.fleet.namespaces[&ns()]
+        .policies
+        .iter()
+        .map(|v| format!("{:?}", v.resolved))
+        .collect();
+    assert_eq!(kept, ["ResolvedTools(0)", "ResolvedTools(1)"]);
 }
 
 #[test]
