@@ -127,11 +127,9 @@ impl<L: LedgerStore> StateMachine<L> {
             return Err(CoreError::invalid("breaker", "vanished while changed"));
         };
         let (deadline, generation) = (breaker.next_deadline(), breaker.generation());
-        #[cfg(debug_assertions)]
         let permits = breaker.live_permits();
         let out = f(breaker);
         let (next_deadline, next_generation) = (breaker.next_deadline(), breaker.generation());
-        #[cfg(debug_assertions)]
         let live = breaker.live_permits();
         if next_deadline != deadline {
             if let Some(at) = deadline {
@@ -142,7 +140,6 @@ impl<L: LedgerStore> StateMachine<L> {
             }
         }
         debug_assert!(next_generation >= generation, "generations only grow");
-        #[cfg(debug_assertions)]
         debug_assert!(
             live <= permits.max(self.breaker_policy(key).concurrent_probes.max(1) as usize),
             "a grant never takes permits past the policy's bound"
