@@ -5,7 +5,8 @@
 mod support;
 
 use fusebox_raft_store::{
-    open, Node, RaftRuntime, Snapshot, SnapshotData, StateStore, TypeConfig, Vote,
+    open, LogStore, Node, RaftRuntime, Snapshot, SnapshotData, StateStore, StoreError, TypeConfig,
+    Vote,
 };
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
@@ -70,13 +71,32 @@ impl RaftNetworkV2<TypeConfig> for NoPeers {
 }
 
 async fn start(dir: &Path) -> (Raft<TypeConfig, StateStore>, StateStore) {
-    let (log, state) = open(dir, &support::me()).unwrap();
+    let (log, state) = open_when_released(dir).await;
     let config = Arc::new(Config::default().validate().unwrap());
     // Raft's randomness is seeded; it must be started inside a seed scope.
     let raft = RaftRuntime::scope(1, Raft::new(1, config, NoPeers, log, state.clone()))
         .await
         .unwrap();
     (raft, state)
+}
+
+/// Opens the stores, waiting (up to 10 s) while a Raft shut down in this
+/// process still holds the database: `Raft::shutdown` returns once its core
+/// stops, and its other tasks drop their store handles a moment later.
+async fn open_when_released(dir: &Path) -> (LogStore, StateStore) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match open(dir, &support::me()) {
+            Ok(stores) => return stores,
+            Err(StoreError::Open { source, .. })
+                if source.to_string().contains("lock")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("opening the stores: {e}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
