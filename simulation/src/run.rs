@@ -135,6 +135,12 @@ pub fn run(options: &RunOptions) -> RunReport {
     if options.unsynced_appends {
         fusebox_raft_store::inject_unsynced_appends();
     }
+    // Odd seeds save the fleet every few dozen entries, so their restarts
+    // resume from saved fleets; even ones keep the production spacing and
+    // replay long stretches behind the ledger.
+    if seed % 2 == 1 {
+        fusebox_raft_store::save_fleet_every(16 + seed % 64);
+    }
     let mut world = World::new(seed, options.nodes, options.bugs);
     world.scenario = options.scenario;
     world.replicas = options.replicas;

@@ -15,6 +15,9 @@
 //! - that every record is back (a full paginated listing, counted),
 //! - the restarted process's resident memory (VmRSS) and peak (VmHWM).
 //!
+//! `FUSEBOX_BENCH_LOG` sets the nodes' `RUST_LOG` (default `warn`) and shows
+//! their logs, to see where a restart's time goes.
+//!
 //! Figures go to stdout; nothing is asserted about speed (machines are
 //! shared and noisy), but a missing record fails the run.
 
@@ -59,12 +62,17 @@ fn free_port() -> u16 {
 }
 
 fn spawn(addr: &str, data: &Path) -> Child {
+    let log = std::env::var("FUSEBOX_BENCH_LOG").ok();
     Command::new(env!("CARGO_BIN_EXE_fusebox"))
         .args(["serve", "--id", "1", "--listen", addr])
         .args(["--peers", &format!("1={addr}"), "--data"])
         .arg(data)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
+        .env("RUST_LOG", log.as_deref().unwrap_or("warn"))
+        .stdout(if log.is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn fusebox")
@@ -131,11 +139,13 @@ async fn load(addr: &str, records: u64, clients: u64) {
                 match answer.map(|r| r.into_inner().outcome) {
                     Ok(Some(Outcome::Started(_))) => i += clients,
                     Ok(other) => panic!("record {i}: unexpected answer {other:?}"),
-                    // Overloaded or electing: the same attempt again.
+                    // Overloaded, rate-limited or electing: the same attempt again.
                     Err(s)
                         if matches!(
                             s.code(),
-                            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                            tonic::Code::Unavailable
+                                | tonic::Code::DeadlineExceeded
+                                | tonic::Code::ResourceExhausted
                         ) =>
                     {
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -216,7 +226,7 @@ async fn main() {
         "load:    {records} records acknowledged in {load_s:.1} s ({:.0} records/s)",
         records as f64 / load_s
     );
-    let rss_before = proc_kib(node.id(), "VmRSS:");
+    let (rss_loaded, hwm_loaded) = (proc_kib(node.id(), "VmRSS:"), proc_kib(node.id(), "VmHWM:"));
 
     node.kill().expect("kill -9");
     node.wait().expect("reap");
@@ -227,6 +237,7 @@ async fn main() {
     let serving = wait_serving(&addr, &key(records.saturating_sub(1))).await;
     let restart_s = serving.duration_since(spawned).as_secs_f64();
     println!("restart: serving linearizable lookups {restart_s:.2} s after spawn");
+    let hwm_restarted = proc_kib(node.id(), "VmHWM:");
 
     let counted = Instant::now();
     let found = count_all(&addr).await;
@@ -238,10 +249,15 @@ async fn main() {
     let mib =
         |k: Option<u64>| k.map_or("?".to_owned(), |k| format!("{:.0} MiB", k as f64 / 1024.0));
     println!(
-        "memory:  after restart and full listing RSS {} (peak {}); before the kill RSS {}",
+        "memory:  loading: RSS {} at the end, peak {}",
+        mib(rss_loaded),
+        mib(hwm_loaded)
+    );
+    println!(
+        "memory:  restart: peak {} until serving; after a full listing RSS {} (peak {})",
+        mib(hwm_restarted),
         mib(rss),
-        mib(hwm),
-        mib(rss_before)
+        mib(hwm)
     );
     node.kill().ok();
     node.wait().ok();

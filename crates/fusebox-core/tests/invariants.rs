@@ -25,7 +25,9 @@
 //! 5. **snapshots**: restore gives an equal state with the same digest, and
 //!    the run goes on from the restored copy;
 //! 6. **determinism**: replaying the commands on a fresh machine gives the
-//!    same answers, events and digest;
+//!    same answers, events and digest; replaying them as a restart does
+//!    behind a ledger that already holds their changes gives the same events
+//!    and fleet;
 //! 7. **refusals**: a rejected command changes nothing but the clock; a tick
 //!    repeated at the same time fires nothing;
 //! 8. **the clock** never goes back, never passes an entry's stamp, moves at
@@ -43,12 +45,12 @@
 
 use fusebox_core::breaker::{BreakerKey, BreakerState, Phase, ProbeAnswer, ProbeResult};
 use fusebox_core::ledger::{
-    BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion, Decision, LedgerStore,
-    Record, RenewRequest, ResolveAnswer, ResolveRequest, Status,
+    BeginAnswer, BeginRequest, CompleteAnswer, CompleteRequest, Completion, Decision, Ledger,
+    LedgerStore, Record, RenewRequest, ResolveAnswer, ResolveRequest, Status,
 };
 use fusebox_core::limits::{CLOCK_CATCH_UP_RATE, CLOCK_STEP_MS_MAX, LEASE_MS_MAX};
 use fusebox_core::machine::{
-    Answer, Applied, Command, OperatorAction, OutcomeReport, StateMachine, WatchEvent,
+    Answer, Applied, Command, Fleet, OperatorAction, OutcomeReport, StateMachine, WatchEvent,
 };
 use fusebox_core::policy::{EffectClass, PolicyDocument, PolicyFormat, Scope};
 use fusebox_core::{
@@ -909,6 +911,47 @@ fn check_replay(
     Ok(())
 }
 
+/// Invariant 6b: the same commands replayed as a restart replays them behind
+/// a ledger that already holds their changes ([`StateMachine::replay`], on a
+/// fresh machine whose ledger stays empty) give the same events and, at the
+/// end, the same fleet: the fleet depends on what the ledger answers only
+/// through commands that say so ([`Command::fleet_reads_ledger`]), and
+/// those are never replayed: the store saves the fleet with them, so a
+/// replay resumes from the fleet as it was right after one (`saved`, by
+/// step).
+fn check_replay_behind_ledger(
+    trace: &[(Command, Timestamp)],
+    applied: &[Applied],
+    saved: &BTreeMap<usize, Fleet>,
+    want: &StateMachine,
+) -> Result<(), String> {
+    let mut sm = StateMachine::new();
+    for (i, ((command, at), first)) in trace.iter().zip(applied).enumerate() {
+        if command.fleet_reads_ledger() {
+            let fleet = saved
+                .get(&i)
+                .ok_or_else(|| format!("step {i}: no fleet saved with {command:?}"))?;
+            sm = StateMachine::from_parts(fleet.clone(), Ledger::default());
+            continue;
+        }
+        let events = sm.replay(command, *at);
+        if events != first.events {
+            return Err(format!(
+                "step {i}: replay behind the ledger announced {events:?}, first run {:?}",
+                first.events
+            ));
+        }
+    }
+    if sm.fleet() != want.fleet() {
+        return Err(format!(
+            "the fleet replayed behind the ledger differs: {:?}, first run {:?}",
+            sm.fleet(),
+            want.fleet()
+        ));
+    }
+    Ok(())
+}
+
 /// Invariant 7: a refused command changes nothing but the clock. `before`
 /// gets the same clock through a command that changes nothing else
 /// (completing an absent key), then must equal `after`.
@@ -1052,6 +1095,9 @@ struct Run<'a> {
     history: Vec<LedgerEvent>,
     trace: Vec<(Command, Timestamp)>,
     applied: Vec<Applied>,
+    /// The fleet right after each step whose command reads the ledger into
+    /// the fleet, as a store saves it.
+    saved: BTreeMap<usize, Fleet>,
     stats: Stats,
 }
 
@@ -1069,6 +1115,7 @@ impl<'a> Run<'a> {
             history: Vec::new(),
             trace: Vec::new(),
             applied: Vec::new(),
+            saved: BTreeMap::new(),
             stats: Stats::default(),
         }
     }
@@ -1312,6 +1359,9 @@ impl<'a> Run<'a> {
             self.sm = check_snapshot_round_trip(&self.sm)?;
             self.stats.restores += 1;
         }
+        if command.fleet_reads_ledger() {
+            self.saved.insert(self.trace.len(), self.sm.fleet().clone());
+        }
         self.trace.push((command, at));
         self.applied.push(applied);
         Ok(())
@@ -1527,6 +1577,7 @@ fn run_case(pool: &[PolicyDocument], steps: &[Step]) -> Result<Stats, String> {
     }
     let end = check_snapshot_round_trip(&run.sm)?;
     check_replay(&run.trace, &run.applied, &digest(&end)?)?;
+    check_replay_behind_ledger(&run.trace, &run.applied, &run.saved, &run.sm)?;
     Ok(run.stats)
 }
 
@@ -1856,6 +1907,43 @@ fn checker_catches_an_ambiguous_write_freed_or_dropped() {
     assert!(err.unwrap_err().contains("left ambiguous"));
     let err = check_record_transition(&ns(0), Some(&ambiguous), None, tick, now);
     assert!(err.unwrap_err().contains("dropped"));
+}
+
+#[test]
+fn checker_catches_a_replay_behind_the_ledger_that_changed_another_fleet() {
+    let begin = Command::Begin {
+        namespace: ns(1),
+        request: begin_request(1, 0, false, false, 1_000),
+    };
+    let trace = vec![(begin, Timestamp(1_000))];
+    let applied = vec![Applied {
+        answer: Answer::Rejected(fusebox_core::CoreError::invalid("key", "made up")),
+        events: Vec::new(),
+    }];
+    // The begin creates its namespace when replayed; a first run that never
+    // did is caught.
+    let none = BTreeMap::new();
+    let err = check_replay_behind_ledger(&trace, &applied, &none, &StateMachine::new());
+    assert!(err.unwrap_err().contains("fleet"));
+    let mut first = StateMachine::new();
+    let applied = vec![first.apply(&trace[0].0, trace[0].1)];
+    assert_eq!(
+        check_replay_behind_ledger(&trace, &applied, &none, &first),
+        Ok(())
+    );
+    // A deletion is never replayed: without the fleet saved with it, the
+    // check refuses the trace.
+    let delete = Command::DeleteNamespace {
+        namespace: ns(1),
+        actor: "op".into(),
+        reason: "a test".into(),
+    };
+    let mut with_delete = trace.clone();
+    with_delete.push((delete, Timestamp(2_000)));
+    let mut applied = applied;
+    applied.push(first.apply(&with_delete[1].0, with_delete[1].1));
+    let err = check_replay_behind_ledger(&with_delete, &applied, &none, &first);
+    assert!(err.unwrap_err().contains("no fleet saved"));
 }
 
 #[test]

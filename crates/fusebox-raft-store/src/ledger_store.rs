@@ -50,6 +50,8 @@ use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 const KEY_LEDGER_APPLIED: &[u8] = b"ledger_applied";
+/// The fleet saved with an entry's ledger batch (see [`LedgerControl::commit`]).
+const KEY_FLEET_CHECKPOINT: &[u8] = b"fleet_checkpoint";
 const TAG_INTENT: u8 = b'i';
 const TAG_TOOL: u8 = b't';
 const TAG_STATUS: u8 = b's';
@@ -436,8 +438,9 @@ fn snapshot_error(e: io::Error) -> CoreError {
 
 impl LedgerControl {
     /// Starts applying log entry `index`; if the ledger on disk already
-    /// holds it, the entry's ledger writes will be discarded.
-    pub(crate) fn begin_entry(&self, index: u64) {
+    /// holds it, the entry's ledger writes will be discarded, and this
+    /// answers `true` (the entry is a replay).
+    pub(crate) fn begin_entry(&self, index: u64) -> bool {
         let mut inner = self.ledger.lock();
         let replay = inner.applied.is_some_and(|applied| index <= applied);
         inner.pending = Pending {
@@ -445,12 +448,16 @@ impl LedgerControl {
             replay,
             ..Pending::default()
         };
+        replay
     }
 
     /// Writes the entry's changes and its index in one batch (not synced:
     /// the committed log is durable, and a later synced write or a replay
-    /// covers this one). Refuses if a read failed while applying it.
-    pub(crate) fn commit(&self) -> io::Result<()> {
+    /// covers this one), with `checkpoint` (an encoded fleet as of this
+    /// entry) if given: the fleet and the ledger then reach the disk
+    /// together, and a restart resumes from both. Refuses if a read failed
+    /// while applying it.
+    pub(crate) fn commit(&self, checkpoint: Option<&[u8]>) -> io::Result<()> {
         let mut inner = self.ledger.lock();
         let pending = std::mem::take(&mut inner.pending);
         if let Some(fault) = inner.fault.clone() {
@@ -460,7 +467,7 @@ impl LedgerControl {
             return Ok(());
         };
         let unchanged = pending.records.is_empty() && pending.index.is_empty();
-        if pending.replay || unchanged {
+        if pending.replay || (unchanged && checkpoint.is_none()) {
             return Ok(());
         }
         let mut counts = inner.counts.clone();
@@ -468,7 +475,10 @@ impl LedgerControl {
             let n = counts.entry(ns.clone()).or_default();
             *n = n.saturating_add_signed(*delta);
         }
-        let batch = changes_batch(&inner.db, &pending, &counts, index)?;
+        let mut batch = changes_batch(&inner.db, &pending, &counts, index)?;
+        if let Some(fleet) = checkpoint {
+            batch.put_cf(cf(&inner.db, CF_META)?, KEY_FLEET_CHECKPOINT, fleet);
+        }
         inner
             .db
             .write(batch)
@@ -554,6 +564,8 @@ impl LedgerControl {
             Some(i) => batch.put_cf(meta, KEY_LEDGER_APPLIED, encode("ledger applied", &i)?),
             None => batch.delete_cf(meta, KEY_LEDGER_APPLIED),
         }
+        // The installed snapshot's fleet replaces any saved one.
+        batch.delete_cf(meta, KEY_FLEET_CHECKPOINT);
         commit(reader, &mut batch)?;
         let mut options = WriteOptions::default();
         options.set_sync(true);
@@ -612,6 +624,13 @@ fn load_applied(db: &DB) -> io::Result<Option<u64>> {
     bytes
         .map(|b| decode("ledger applied index", &b))
         .transpose()
+}
+
+/// The fleet last saved with a ledger batch, encoded, if any.
+pub(crate) fn load_fleet_checkpoint(db: &DB) -> io::Result<Option<Vec<u8>>> {
+    let meta = cf(db, CF_META)?;
+    db.get_cf(meta, KEY_FLEET_CHECKPOINT)
+        .map_err(|e| db_error("read the fleet checkpoint", e))
 }
 
 fn load_counts(db: &DB) -> io::Result<BTreeMap<Namespace, u64>> {

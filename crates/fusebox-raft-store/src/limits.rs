@@ -16,3 +16,13 @@ pub(crate) const FLUSH_QUEUE_CALLBACKS_MAX: usize = 1024;
 /// Bytes of ledger writes per batch when a snapshot is installed, at most
 /// (one record past it): memory for one batch, however large the snapshot.
 pub(crate) const INSTALL_BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Applied entries between two fleet checkpoints, at least (see
+/// [`crate::state_store`]): a restart replays at most about this many
+/// entries behind the last one.
+pub(crate) const FLEET_CHECKPOINT_ENTRIES: u64 = 8_192;
+
+/// For a large fleet, applied entries between two checkpoints grow with it:
+/// at least one entry per this many bytes of the last checkpoint, so saving
+/// the fleet costs at most this many bytes written per applied entry.
+pub(crate) const FLEET_CHECKPOINT_BYTES_PER_ENTRY: u64 = 128;

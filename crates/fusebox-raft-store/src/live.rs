@@ -30,6 +30,18 @@ pub(crate) struct Live {
     /// Who learns of each change while the lock is held, so what it
     /// publishes is in exactly the order of the state.
     pub(crate) observer: Option<Arc<dyn ApplyObserver>>,
+    /// Where the fleet was last saved (a checkpoint, a snapshot, or where
+    /// the store opened), to space the next checkpoint.
+    pub(crate) saved: SavedFleet,
+}
+
+/// Where and how large the fleet was when last saved.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SavedFleet {
+    /// The log index it was saved at.
+    pub(crate) index: u64,
+    /// Its encoded size (0 if it was not encoded here).
+    pub(crate) bytes: u64,
 }
 
 /// Everything a store and its snapshot builders share.

@@ -87,6 +87,24 @@ thread_local! {
     static SYNC_WITNESS: RefCell<Option<SyncWitness>> = const { RefCell::new(None) };
     /// Set by [`inject_unsynced_appends`].
     static UNSYNCED_APPENDS: Cell<bool> = const { Cell::new(false) };
+    /// Set by [`save_fleet_every`].
+    static FLEET_CHECKPOINT_ENTRIES: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Saves the fleet every `entries` applied entries (at least one) on this
+/// thread, instead of every
+/// [`FLEET_CHECKPOINT_ENTRIES`](crate::limits::FLEET_CHECKPOINT_ENTRIES) or
+/// more.
+///
+/// For the deterministic simulation: its runs apply a few thousand entries,
+/// and restarts, crashes and power cuts must meet saved fleets too.
+pub fn save_fleet_every(entries: u64) {
+    FLEET_CHECKPOINT_ENTRIES.with(|n| n.set(Some(entries.max(1))));
+}
+
+/// The spacing [`save_fleet_every`] set on this thread, if any.
+pub(crate) fn fleet_checkpoint_spacing() -> Option<u64> {
+    FLEET_CHECKPOINT_ENTRIES.with(Cell::get)
 }
 
 /// Injects a real bug on this thread (inline mode only): an append is

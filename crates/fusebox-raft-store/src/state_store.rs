@@ -10,11 +10,20 @@
 //! (see [`crate::snapshot_slot`]): a built or installed snapshot is on disk
 //! (written with `sync = true`) before `build_snapshot` or
 //! `install_snapshot` returns, unless a built one is older than the one
-//! already persisted, which is then kept. On open the store reads the fleet
-//! from that snapshot and opens the ledger where it is, so
-//! [`RaftStateMachine::applied_state`] reports the snapshot's log id, and
-//! openraft re-applies the committed log after it (ledger writes the disk
-//! already holds are skipped).
+//! already persisted, which is then kept.
+//!
+//! Snapshots copy the whole ledger, so they are far apart. Between them the
+//! fleet is also saved in an entry's ledger batch (a *checkpoint*) every
+//! [`FLEET_CHECKPOINT_ENTRIES`] applied entries or more, and with every
+//! entry whose fleet change reads the ledger
+//! ([`fusebox_core::machine::Command::fleet_reads_ledger`]). On open the
+//! store takes the fleet from the newer of the checkpoint and the snapshot
+//! and opens the ledger where it is, so [`RaftStateMachine::applied_state`]
+//! reports that log id, and openraft re-applies the committed log after it.
+//! Entries the ledger on disk already holds are replayed for the fleet
+//! only ([`StateMachine::replay`]): their ledger calls are neither read nor
+//! written, and none of them reads the ledger into the fleet (such an entry
+//! saved the fleet with it, so a replay starts after it).
 //!
 //! # Locking
 //!
@@ -26,8 +35,10 @@
 //! RocksDB point-in-time view of the ledger) then encoded and persisted
 //! without it ([`crate::snapshot_builder`]).
 
-use crate::ledger_store::{LedgerControl, RocksLedger};
-use crate::live::{Live, Shared};
+use crate::codec::{decode, encode};
+use crate::ledger_store::{load_fleet_checkpoint, LedgerControl, RocksLedger};
+use crate::limits::{FLEET_CHECKPOINT_BYTES_PER_ENTRY, FLEET_CHECKPOINT_ENTRIES};
+use crate::live::{Live, SavedFleet, Shared};
 use crate::observer::ApplyObserver;
 use crate::rocks::blocking;
 use crate::snapshot_builder::StateSnapshotBuilder;
@@ -37,6 +48,7 @@ use crate::types::{
     Entry, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use fusebox_core::ledger::BoxedLedger;
+use fusebox_core::limits::FLEET_BYTES_MAX;
 use fusebox_core::machine::{Fleet, SharedStateMachine, StateMachine};
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -67,21 +79,34 @@ impl StateStore {
             tracing::info!(snapshot = %staged.meta(), "interrupted snapshot install finished");
         }
         let boxed: BoxedLedger = Box::new(ledger);
-        let live = match snapshots.load_fleet()? {
-            None => Live {
-                sm: StateMachine::from_parts(Fleet::default(), boxed),
-                last_applied: None,
-                last_membership: StoredMembership::default(),
-                observer: None,
-            },
-            Some((meta, fleet)) => Live {
-                sm: StateMachine::from_parts(fleet, boxed),
-                last_applied: meta.last_log_id,
-                last_membership: meta.last_membership,
-                observer: None,
+        let from_snapshot = snapshots.load_fleet()?;
+        let checkpoint = load_checkpoint(&db)?;
+        let snapshot_id = from_snapshot.as_ref().and_then(|(meta, _)| meta.last_log_id);
+        let (last_applied, last_membership, fleet, bytes, from) = match (checkpoint, from_snapshot)
+        {
+            (Some((id, membership, fleet, bytes)), _) if Some(id) > snapshot_id => {
+                (Some(id), membership, fleet, bytes, "checkpoint")
+            }
+            (_, Some((meta, fleet))) => (
+                meta.last_log_id,
+                meta.last_membership,
+                fleet,
+                0,
+                "snapshot",
+            ),
+            (_, None) => (None, StoredMembership::default(), Fleet::default(), 0, "empty"),
+        };
+        let live = Live {
+            sm: StateMachine::from_parts(fleet, boxed),
+            last_applied,
+            last_membership,
+            observer: None,
+            saved: SavedFleet {
+                index: last_applied.map_or(0, |id| id.index),
+                bytes,
             },
         };
-        tracing::info!(last_applied = ?live.last_applied, "state machine opened");
+        tracing::info!(last_applied = ?live.last_applied, fleet_from = from, "state machine opened");
         Ok(StateStore {
             shared: Arc::new(Shared::new(live, snapshots, control, db)),
         })
@@ -121,15 +146,34 @@ impl StateStore {
             }
             EntryPayload::Normal(request) => {
                 let started = Instant::now();
-                self.shared.ledger.begin_entry(entry.log_id.index);
-                let applied = live.sm.apply(&request.command, request.at());
-                self.shared.ledger.commit()?;
+                let index = entry.log_id.index;
+                let (replayed, applied, checkpoint) = if self.shared.ledger.begin_entry(index) {
+                    // A restart re-applying the log behind the ledger on
+                    // disk: only the fleet needs the entry, and nobody waits
+                    // for its answer.
+                    (live.sm.replay(&request.command, request.at()), None, None)
+                } else {
+                    let applied = live.sm.apply(&request.command, request.at());
+                    let checkpoint = if request.command.fleet_reads_ledger()
+                        || checkpoint_due(live.saved, index)
+                    {
+                        let bytes = encode_checkpoint(&entry.log_id, live)?;
+                        live.saved = SavedFleet {
+                            index,
+                            bytes: bytes.len() as u64,
+                        };
+                        Some(bytes)
+                    } else {
+                        None
+                    };
+                    (Vec::new(), Some(applied), checkpoint)
+                };
+                self.shared.ledger.commit(checkpoint.as_deref())?;
                 if let Some(observer) = &live.observer {
-                    observer.applied(&live.sm, &applied.events, started.elapsed());
+                    let events = applied.as_ref().map_or(&replayed, |a| &a.events);
+                    observer.applied(&live.sm, events, started.elapsed());
                 }
-                Response {
-                    applied: Some(applied),
-                }
+                Response { applied }
             }
         };
         live.last_applied = Some(entry.log_id);
@@ -150,6 +194,10 @@ impl StateStore {
         let live = &mut *guard;
         live.sm.replace_fleet(fleet);
         live.last_applied = meta.last_log_id;
+        live.saved = SavedFleet {
+            index: meta.last_log_id.map_or(0, |id| id.index),
+            bytes: 0,
+        };
         live.last_membership = meta.last_membership.clone();
         if let Some(observer) = &live.observer {
             observer.installed(&live.sm);
@@ -163,6 +211,52 @@ impl StateStore {
     pub fn snapshot_sink(&self) -> io::Result<SnapshotSink> {
         self.shared.snapshots.incoming()
     }
+}
+
+/// Whether the fleet is due to be saved with entry `index`: at least
+/// [`FLEET_CHECKPOINT_ENTRIES`] entries after the last save, and more for
+/// a large fleet ([`FLEET_CHECKPOINT_BYTES_PER_ENTRY`]).
+fn checkpoint_due(saved: SavedFleet, index: u64) -> bool {
+    let spacing = crate::rocks::fleet_checkpoint_spacing().unwrap_or_else(|| {
+        FLEET_CHECKPOINT_ENTRIES.max(saved.bytes / FLEET_CHECKPOINT_BYTES_PER_ENTRY)
+    });
+    index.saturating_sub(saved.index) >= spacing
+}
+
+/// The fleet as of entry `id`, with the membership, encoded for the
+/// ledger's batch.
+fn encode_checkpoint(id: &LogId, live: &Live) -> io::Result<Vec<u8>> {
+    let bytes = encode(
+        "fleet checkpoint",
+        &(id, &live.last_membership, live.sm.fleet()),
+    )?;
+    if bytes.len() > FLEET_BYTES_MAX + CHECKPOINT_OVERHEAD_BYTES_MAX {
+        return Err(io::Error::other(format!(
+            "fleet checkpoint of {} bytes is past the fleet's bound of {FLEET_BYTES_MAX}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The log id, the membership and the format byte, at most, besides the
+/// fleet in a checkpoint.
+const CHECKPOINT_OVERHEAD_BYTES_MAX: usize = 64 * 1024;
+
+/// The fleet last saved with a ledger batch: its log id, membership, fleet
+/// and encoded size.
+fn load_checkpoint(db: &DB) -> io::Result<Option<(LogId, StoredMembership, Fleet, u64)>> {
+    let Some(bytes) = load_fleet_checkpoint(db)? else {
+        return Ok(None);
+    };
+    if bytes.len() > FLEET_BYTES_MAX + CHECKPOINT_OVERHEAD_BYTES_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("fleet checkpoint of {} bytes is past its bound", bytes.len()),
+        ));
+    }
+    let (id, membership, fleet) = decode("fleet checkpoint", &bytes)?;
+    Ok(Some((id, membership, fleet, bytes.len() as u64)))
 }
 
 /// Replaces the ledger with a staged snapshot's records, committing the

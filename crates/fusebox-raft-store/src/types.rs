@@ -67,7 +67,8 @@ impl fmt::Display for Request {
 /// nothing for blank and membership entries.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Response {
-    /// The answer and watch events of a normal entry.
+    /// The answer and watch events of a normal entry; none for one a
+    /// restart replays behind the ledger on disk (nobody waits for it).
     pub applied: Option<Applied>,
 }
 

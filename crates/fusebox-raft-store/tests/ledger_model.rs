@@ -276,3 +276,72 @@ async fn a_snapshot_installs_the_ledger_on_another_node() {
     let (_f, follower) = open(follower_dir.path(), &support::me()).unwrap();
     assert_reads_agree(&follower, &model);
 }
+
+/// A namespace deleted while empty and then used again: replayed after a
+/// restart against the ledger on disk (which holds the later record), the
+/// deletion would be refused and this node's fleet would keep the old
+/// namespace. The store saves the fleet with the deletion instead, and a
+/// restart resumes after it.
+#[tokio::test]
+async fn a_restart_resumes_after_a_namespace_deletion_instead_of_deciding_it_again() {
+    let dir = TempDir::new().unwrap();
+    let batch = vec![
+        normal(1, 1, support::kill_switch(false)),
+        normal(
+            1,
+            2,
+            Command::DeleteNamespace {
+                namespace: Namespace::new("fleet-a").unwrap(),
+                actor: "ops".into(),
+                reason: "a test run's leftovers".into(),
+            },
+        ),
+        normal(1, 3, support::begin("after-the-deletion")),
+    ];
+    let mut model = StateMachine::new();
+    model_apply(&mut model, &batch);
+    {
+        let (_log, mut store) = open(dir.path(), &support::me()).unwrap();
+        apply(&mut store, batch.clone()).await.unwrap();
+        assert_eq!(digest(&store), model.digest().unwrap());
+    }
+    // As openraft does on start: the committed entries after the applied
+    // one, again.
+    let (_log, mut store) = open(dir.path(), &support::me()).unwrap();
+    let (applied, _) = store.applied_state().await.unwrap();
+    let resumed = applied.map_or(0, |id| usize::try_from(id.index).unwrap());
+    apply(&mut store, batch[resumed..].to_vec()).await.unwrap();
+    assert_eq!(
+        digest(&store),
+        model.digest().unwrap(),
+        "the fleet diverged"
+    );
+    assert_eq!(resumed, 2, "resumes after the deletion");
+    assert_reads_agree(&store, &model);
+}
+
+/// Between snapshots the fleet is saved every few thousand entries, so a
+/// restart replays only the entries after the last save.
+#[tokio::test]
+async fn a_restart_replays_only_the_entries_after_the_last_saved_fleet() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Lcg(23);
+    let all = entries(&mut rng, 1, 9_000);
+    let mut model = StateMachine::new();
+    model_apply(&mut model, &all);
+    {
+        let (_log, mut store) = open(dir.path(), &support::me()).unwrap();
+        apply(&mut store, all.clone()).await.unwrap();
+    }
+    let (_log, mut store) = open(dir.path(), &support::me()).unwrap();
+    let (applied, _) = store.applied_state().await.unwrap();
+    let resumed = applied.expect("a saved fleet").index;
+    assert!(
+        (8_192..9_000).contains(&resumed),
+        "resumed after entry {resumed}"
+    );
+    let rest = usize::try_from(resumed).unwrap();
+    apply(&mut store, all[rest..].to_vec()).await.unwrap();
+    assert_eq!(digest(&store), model.digest().unwrap());
+    assert_reads_agree(&store, &model);
+}

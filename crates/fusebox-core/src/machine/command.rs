@@ -287,6 +287,16 @@ pub struct Report {
 }
 
 impl Command {
+    /// Whether what this command does to the fleet depends on what the
+    /// ledger holds: deleting a namespace is refused while it holds records.
+    /// A store that keeps the ledger ahead of the fleet (and replays the log
+    /// with [`StateMachine::replay`](super::StateMachine::replay) after a
+    /// restart) must save the fleet with such an entry, so that no replay
+    /// decides it again against a ledger that has moved on.
+    pub fn fleet_reads_ledger(&self) -> bool {
+        matches!(self, Command::DeleteNamespace { .. })
+    }
+
     /// Checks every field of the command against its rule and bound; the
     /// state is not consulted, so the answer is the same everywhere.
     pub fn validate(&self) -> Result<(), CoreError> {

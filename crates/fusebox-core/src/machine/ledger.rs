@@ -16,9 +16,22 @@ impl<L: LedgerStore> StateMachine<L> {
         request: &BeginRequest,
         now: Timestamp,
     ) -> Result<Answer, CoreError> {
+        self.admit_begin(ns, request)?;
+        Ok(Answer::Begin(self.ledger.begin(ns, request, now)?))
+    }
+
+    /// What a `begin` does to the fleet, all of it: refused while the
+    /// namespace's kill switch is thrown, else its namespace is created on
+    /// first use. The ledger's answer changes nothing in the fleet, which is
+    /// what lets [`StateMachine::replay`] skip the ledger.
+    pub(super) fn admit_begin(
+        &mut self,
+        ns: &Namespace,
+        request: &BeginRequest,
+    ) -> Result<(), CoreError> {
         self.check_writes_allowed(ns, request.effect)?;
         self.fleet.touch_namespace(ns)?;
-        Ok(Answer::Begin(self.ledger.begin(ns, request, now)?))
+        Ok(())
     }
 
     pub(super) fn complete(

@@ -175,6 +175,48 @@ impl<L: LedgerStore> StateMachine<L> {
         Applied { answer, events }
     }
 
+    /// Applies an entry whose ledger changes are already stored: a restart
+    /// re-applying the log behind a ledger on disk that is ahead of the
+    /// fleet restored from the last snapshot. The fleet changes exactly as
+    /// under [`apply`](Self::apply); ledger calls neither read nor write the
+    /// ledger (their answers went out before the restart), which makes a
+    /// restart's replay cost the fleet's work only. Other commands are
+    /// applied whole, and their ledger writes are the store's to discard;
+    /// one whose fleet change reads the ledger
+    /// ([`Command::fleet_reads_ledger`]) must not be replayed this way (the
+    /// store saves the fleet with it instead). Returns the watch events, as
+    /// `apply` would.
+    pub fn replay(&mut self, command: &Command, entry_time: Timestamp) -> Vec<WatchEvent> {
+        match command {
+            Command::Begin { namespace, request } => {
+                self.fleet.clock.follow(entry_time);
+                if command.validate().is_ok() {
+                    // A refusal changes nothing, as under `apply`.
+                    let _ = self.admit_begin(namespace, request);
+                }
+                Vec::new()
+            }
+            Command::LedgerBatch { ops } => {
+                self.fleet.clock.follow(entry_time);
+                if command.validate().is_ok() {
+                    for op in ops {
+                        if let (Ok(()), LedgerOp::Begin { namespace, request }) =
+                            (op.validate(), op)
+                        {
+                            let _ = self.admit_begin(namespace, request);
+                        }
+                    }
+                }
+                Vec::new()
+            }
+            Command::Complete { .. } | Command::Resolve { .. } | Command::Renew { .. } => {
+                self.fleet.clock.follow(entry_time);
+                Vec::new()
+            }
+            _ => self.apply(command, entry_time).events,
+        }
+    }
+
     /// Hands a validated command to its family's handler: breakers
     /// (`breakers.rs`), outcome reports (`outcomes.rs`), the ledger
     /// (`ledger.rs`), policy and the kill switch (`policy.rs`), tools
