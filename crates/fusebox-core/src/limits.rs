@@ -71,7 +71,9 @@ pub const REPORT_MARKS_MAX: usize = 65_536;
 pub const REPORT_MARK_IDLE_MS: u64 = 3_600_000;
 /// Longest an operator may force a breaker open for, in milliseconds (30 days).
 pub const FORCE_OPEN_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
-/// Most expired timers one `Tick` command processes; the rest wait for the next.
+/// Most expired timers one `Tick` command processes, in the fleet (breakers,
+/// then report marks) and in the ledger (breakers, then its deadlines) each;
+/// the rest wait for the next.
 pub const TICK_TIMERS_MAX: usize = 4_096;
 /// Most records one list query returns.
 pub const LIST_LIMIT_MAX: usize = 1_000;

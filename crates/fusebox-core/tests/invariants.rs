@@ -918,7 +918,9 @@ fn check_replay(
 /// through commands that say so ([`Command::fleet_reads_ledger`]), and
 /// those are never replayed: the store saves the fleet with them, so a
 /// replay resumes from the fleet as it was right after one (`saved`, by
-/// step).
+/// step). An empty ledger stands for one that moved on; what only binds
+/// with thousands of records (a tick's timer budget) is beyond these
+/// sequences and tested in `machine/tests/replay.rs`.
 fn check_replay_behind_ledger(
     trace: &[(Command, Timestamp)],
     applied: &[Applied],

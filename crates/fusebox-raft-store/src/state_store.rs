@@ -49,7 +49,8 @@ use crate::types::{
 };
 use fusebox_core::ledger::BoxedLedger;
 use fusebox_core::limits::FLEET_BYTES_MAX;
-use fusebox_core::machine::{Fleet, SharedStateMachine, StateMachine};
+use fusebox_core::machine::{Answer, Applied, Command, Fleet, SharedStateMachine, StateMachine};
+use fusebox_core::CoreError;
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
@@ -154,7 +155,7 @@ impl StateStore {
                     (live.sm.replay(&request.command, request.at()), None, None)
                 } else {
                     let applied = live.sm.apply(&request.command, request.at());
-                    let checkpoint = if request.command.fleet_reads_ledger()
+                    let checkpoint = if read_ledger_into_fleet(&request.command, &applied)
                         || checkpoint_due(live.saved, index)
                     {
                         let bytes = encode_checkpoint(&entry.log_id, live)?;
@@ -213,6 +214,18 @@ impl StateStore {
     }
 }
 
+/// Whether applying `command` read the ledger into the fleet, so the fleet
+/// must be saved with its entry: a namespace deletion that was not refused
+/// before the ledger was consulted (a namespace that does not exist is
+/// refused whatever the ledger holds).
+fn read_ledger_into_fleet(command: &Command, applied: &Applied) -> bool {
+    command.fleet_reads_ledger()
+        && !matches!(
+            applied.answer,
+            Answer::Rejected(CoreError::NotFound { .. })
+        )
+}
+
 /// Whether the fleet is due to be saved with entry `index`: at least
 /// [`FLEET_CHECKPOINT_ENTRIES`] entries after the last save, and more for
 /// a large fleet ([`FLEET_CHECKPOINT_BYTES_PER_ENTRY`]).
@@ -255,7 +268,14 @@ fn load_checkpoint(db: &DB) -> io::Result<Option<(LogId, StoredMembership, Fleet
             format!("fleet checkpoint of {} bytes is past its bound", bytes.len()),
         ));
     }
-    let (id, membership, fleet) = decode("fleet checkpoint", &bytes)?;
+    let (id, membership, fleet): (LogId, StoredMembership, Fleet) =
+        decode("fleet checkpoint", &bytes)?;
+    fleet.check_invariants().map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("fleet checkpoint of entry {id}: {e}"),
+        )
+    })?;
     Ok(Some((id, membership, fleet, bytes.len() as u64)))
 }
 

@@ -70,8 +70,10 @@ impl Fleet {
     }
 
     /// Checks that a restored state's per-namespace breaker counts agree
-    /// with its breakers (the counts travel in the snapshot).
-    pub(crate) fn check_invariants(&self) -> Result<(), CoreError> {
+    /// with its breakers (the counts travel in the snapshot), and that its
+    /// indexes hold exactly its timers and marks. A store calls it on any
+    /// fleet it reads back from disk.
+    pub fn check_invariants(&self) -> Result<(), CoreError> {
         let mut counts: BTreeMap<&Namespace, usize> = BTreeMap::new();
         for key in self.breakers.keys() {
             *counts.entry(&key.namespace).or_default() += 1;
@@ -112,10 +114,11 @@ impl Fleet {
 }
 
 impl<L: LedgerStore> StateMachine<L> {
-    /// Applies what time alone changes, at most [`TICK_TIMERS_MAX`] timers
-    /// at once: breakers whose open period or forced-open expiry is due,
-    /// penalties whose slow samples have left the window, ledger leases
-    /// and retention.
+    /// Applies what time alone changes: breakers whose open period or
+    /// forced-open expiry is due, penalties whose slow samples have left the
+    /// window, ledger leases and retention, and idle report marks. At most
+    /// [`TICK_TIMERS_MAX`] breakers and ledger deadlines together, and
+    /// apart from the ledger's, at most as many breakers and marks.
     pub(super) fn tick(&mut self, now: Timestamp, events: &mut Vec<WatchEvent>) -> Answer {
         let due: Vec<BreakerKey> = self
             .fleet
@@ -138,10 +141,11 @@ impl<L: LedgerStore> StateMachine<L> {
         self.update_penalties(&penalized, now, events);
         let budget = TICK_TIMERS_MAX.saturating_sub(due.len());
         let ledger = self.ledger.tick(now, budget);
-        let marks = self
-            .fleet
-            .report_marks
-            .expire(now, budget.saturating_sub(ledger));
+        // The marks' budget is not what the ledger left: what a tick does
+        // to the fleet must not depend on what the ledger holds, since a
+        // restart replays ticks behind a ledger that has moved on
+        // (`StateMachine::replay`).
+        let marks = self.fleet.report_marks.expire(now, budget);
         let timers = u32::try_from(due.len() + ledger + marks).unwrap_or(u32::MAX);
         Answer::Ticked { timers }
     }

@@ -2,6 +2,7 @@
 
 mod probes;
 mod quotas;
+mod replay;
 mod resolved;
 mod snapshots;
 mod tools;
