@@ -14,15 +14,19 @@
 //! own under the same thresholds (each in a namespace of its own on the same
 //! cluster, so the engine, the reports and the watch are the same code and
 //! only the sharing differs), one replica alone, and the fleet with a
-//! healthy tool (the baseline for the turns of the other tools).
+//! healthy tool (the baseline for the turns of the other tools). Each runs
+//! with the slow tool's calls counted as timeouts once they go unanswered
+//! for [`STALLED_AFTER_MS`] (`stalled_after_ms`), and the fleet and the
+//! per-replica breakers also without it, counting each call at its deadline.
 //!
 //! The **floor** is what an ideal shared breaker with the same thresholds
-//! must lose: no breaker can open before the fleet has seen
-//! `consecutive_failures` timeouts, so the earliest trip is the moment the
-//! fourth of the slow tool's calls reaches its deadline; every call already
-//! waiting then (or before) loses the time up to it. [`Figures`] gives it
-//! two ways: for the calls in flight when the tool turned slow only, and for
-//! every call that started before the earliest trip.
+//! must lose: no breaker can open before the fleet has counted
+//! `consecutive_failures` timeouts, so the earliest trip is the fourth
+//! moment a slow call could be counted (its deadline, or its stall when the
+//! setup counts stalls); every call already waiting then (or before) loses
+//! the time up to it. [`Figures`] gives it two ways: for the calls in flight
+//! when the tool turned slow only, and for every call that started before
+//! the earliest trip.
 
 use crate::world::World;
 use std::fmt;
@@ -35,6 +39,10 @@ pub const SLOW_TOOL: (&str, &str) = ("tax", "tax_lookup");
 pub const SLOW_ANSWER_MS: u64 = 40_000;
 /// The slow tool's deadline (the story's 10 s).
 pub const SLOW_TOOL_TIMEOUT_MS: u64 = 10_000;
+/// How long a call of the slow tool goes unanswered before it counts as a
+/// timeout, when the setup counts stalls: more than twice its slowest
+/// healthy answer (900 ms), so no healthy call is counted.
+pub const STALLED_AFTER_MS: u64 = 2_000;
 /// Timeouts in a row that open a breaker (the story's four).
 pub const TRIP_FAILURES: usize = 4;
 /// How long after it turns slow calls are counted: long enough for every
@@ -49,9 +57,14 @@ pub const TURN_CALLS: usize = 6;
 /// The policy of an incident run: the story's deadlines and breaker, no
 /// retries (a retry of a timed-out call doubles the wait in every setup
 /// alike, so leaving it out keeps the comparison about the breakers), and
-/// `in_flight_on_open` as the setup says.
+/// `in_flight_on_open` and `stalled_after_ms` as the setup says.
 pub fn policy(setup: Setup) -> String {
     let on_open = if setup.end_in_flight { "end" } else { "finish" };
+    let stalled = if setup.count_stalls {
+        format!("stalled_after_ms = {STALLED_AFTER_MS}")
+    } else {
+        String::new()
+    };
     format!(
         r#"
 [defaults]
@@ -78,6 +91,7 @@ consecutive_failures = 25
 
 [servers.tax.tools.tax_lookup]
 timeout_ms = {SLOW_TOOL_TIMEOUT_MS}
+{stalled}
 
 [servers.tax.tools.tax_lookup.breaker]
 consecutive_failures = {TRIP_FAILURES}
@@ -93,6 +107,9 @@ pub struct Setup {
     pub shared: bool,
     /// `in_flight_on_open = "end"`.
     pub end_in_flight: bool,
+    /// The slow tool's calls count as timeouts once they stall
+    /// (`stalled_after_ms`), not only at their deadline.
+    pub count_stalls: bool,
     /// The tax lookup turns slow (else the run is the healthy baseline).
     pub slow: bool,
 }
@@ -103,12 +120,23 @@ impl Default for Setup {
         Setup {
             shared: true,
             end_in_flight: true,
+            count_stalls: true,
             slow: true,
         }
     }
 }
 
 impl Setup {
+    /// How long after it starts a call of the slow tool can first be
+    /// counted against its breaker.
+    pub fn counted_after_ms(self) -> u64 {
+        if self.count_stalls {
+            STALLED_AFTER_MS
+        } else {
+            SLOW_TOOL_TIMEOUT_MS
+        }
+    }
+
     /// The namespace replica `index` works in.
     pub fn namespace(self, index: u64) -> String {
         if self.shared {
@@ -136,8 +164,12 @@ pub enum Named {
     Fleet,
     /// The same, calls in flight left to finish.
     FleetFinish,
+    /// The fleet ending calls at the open, each call counted at its deadline.
+    FleetAtDeadline,
     /// Sixteen replicas, each with breakers of its own.
     PerReplica,
+    /// The same, each call counted at its deadline.
+    PerReplicaAtDeadline,
     /// One replica.
     Alone,
     /// Sixteen replicas sharing breakers, the tool never slow.
@@ -146,10 +178,12 @@ pub enum Named {
 
 impl Named {
     /// Every setup, in the order the comparison prints them.
-    pub const ALL: [Named; 5] = [
+    pub const ALL: [Named; 7] = [
         Named::Fleet,
         Named::FleetFinish,
+        Named::FleetAtDeadline,
         Named::PerReplica,
+        Named::PerReplicaAtDeadline,
         Named::Alone,
         Named::Healthy,
     ];
@@ -159,7 +193,9 @@ impl Named {
         match self {
             Named::Fleet => "fleet",
             Named::FleetFinish => "fleet-finish",
+            Named::FleetAtDeadline => "fleet-at-deadline",
             Named::PerReplica => "per-replica",
+            Named::PerReplicaAtDeadline => "per-replica-at-deadline",
             Named::Alone => "alone",
             Named::Healthy => "healthy",
         }
@@ -170,7 +206,9 @@ impl Named {
         match self {
             Named::Fleet => "16 replicas, Fusebox, in-flight calls ended at the open",
             Named::FleetFinish => "16 replicas, Fusebox, in-flight calls finish",
+            Named::FleetAtDeadline => "16 replicas, Fusebox, counted at the deadline",
             Named::PerReplica => "16 replicas, per-replica breakers only",
+            Named::PerReplicaAtDeadline => "16 replicas, per-replica, counted at the deadline",
             Named::Alone => "1 replica alone",
             Named::Healthy => "16 replicas, Fusebox, tool never slow",
         }
@@ -185,8 +223,17 @@ impl Named {
                 end_in_flight: false,
                 ..fleet
             },
+            Named::FleetAtDeadline => Setup {
+                count_stalls: false,
+                ..fleet
+            },
             Named::PerReplica => Setup {
                 shared: false,
+                ..fleet
+            },
+            Named::PerReplicaAtDeadline => Setup {
+                shared: false,
+                count_stalls: false,
                 ..fleet
             },
             Named::Healthy => Setup {
@@ -258,9 +305,10 @@ pub fn comparison(seed: u64, rows: &[(Named, Figures)]) -> String {
     };
     let _ = writeln!(
         out,
-        "floor: {:.1} s (an ideal shared breaker, tripping at the fleet's fourth timeout at {:.1} s and ending every call waiting then); of it, the calls in flight at the onset: {:.1} s",
+        "floor: {:.1} s (an ideal shared breaker, tripping at the fleet's fourth counted timeout at {:.1} s, each call counted {} s after it started, and ending every call waiting then); of it, the calls in flight at the onset: {:.1} s",
         fleet.floor_s,
         seconds(fleet.earliest_trip_ms.unwrap_or(0)),
+        seconds(Named::Fleet.setup().counted_after_ms()),
         fleet.floor_in_flight_s
     );
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
@@ -280,6 +328,18 @@ pub fn comparison(seed: u64, rows: &[(Named, Figures)]) -> String {
             1.0 / share,
             verdict(share <= 0.125),
             per.lost_s / fleet.floor_s
+        );
+    }
+    if let (Some(fleet), Some(per)) = (
+        get(Named::FleetAtDeadline),
+        get(Named::PerReplicaAtDeadline),
+    ) {
+        let _ = writeln!(
+            out,
+            "counted at the deadline instead: fleet 1/{:.1} of per-replica, {:.2} × its own floor of {:.1} s",
+            per.lost_s / fleet.lost_s,
+            ratio(fleet.lost_s, fleet.floor_s),
+            fleet.floor_s
         );
     }
     if let Some(healthy) = get(Named::Healthy) {
@@ -369,8 +429,9 @@ pub struct Figures {
     /// Seconds the fleet lost to the slow tool.
     pub lost_s: f64,
     /// The earliest moment a breaker with the story's thresholds could
-    /// open: the fourth of the slow calls' deadlines (none if fewer than
-    /// four calls met the slow tool).
+    /// open: the fourth moment a slow call could be counted, at its stall
+    /// or its deadline as the setup counts (none if fewer than four calls
+    /// met the slow tool).
     pub earliest_trip_ms: Option<u64>,
     /// The floor as the issue words it: the calls in flight at the onset,
     /// each ended at the earliest trip.
@@ -405,13 +466,14 @@ impl Figures {
             .filter(|c| c.start_ms < window.end && c.healthy_end_ms > onset_ms)
             .copied()
             .collect();
-        let mut deadlines: Vec<u64> = calls
+        let counted_after = world.incident.counted_after_ms();
+        let mut counted: Vec<u64> = calls
             .iter()
             .filter(|c| c.ending != Ending::Refused)
-            .map(|c| c.start_ms + SLOW_TOOL_TIMEOUT_MS)
+            .map(|c| c.start_ms + counted_after)
             .collect();
-        deadlines.sort_unstable();
-        let earliest_trip_ms = deadlines.get(TRIP_FAILURES - 1).copied();
+        counted.sort_unstable();
+        let earliest_trip_ms = counted.get(TRIP_FAILURES - 1).copied();
         let ideal_loss = |c: &SlowCall, trip: u64| {
             (c.start_ms + SLOW_TOOL_TIMEOUT_MS)
                 .min(trip)
@@ -502,7 +564,8 @@ mod tests {
 
     #[test]
     fn the_floor_ends_every_call_waiting_at_the_fourth_deadline() {
-        let world = World::new(1, 3, Default::default());
+        let mut world = World::new(1, 3, Default::default());
+        world.incident.count_stalls = false;
         let onset = 10_000;
         let timeout = SLOW_TOOL_TIMEOUT_MS;
         world.incident_calls.borrow_mut().extend([
@@ -534,6 +597,31 @@ mod tests {
     }
 
     #[test]
+    fn counting_stalls_moves_the_floor_to_the_fourth_stall() {
+        let world = World::new(1, 3, Default::default());
+        assert!(world.incident.count_stalls);
+        let onset = 10_000;
+        let timeout = SLOW_TOOL_TIMEOUT_MS;
+        world.incident_calls.borrow_mut().extend([
+            call(9_800, 300, 9_800 + timeout, Ending::TimedOut),
+            call(11_000, 300, 13_100, Ending::EndedAtOpen),
+            call(10_500, 300, 13_100, Ending::EndedAtOpen),
+            // Its stall, at 13 s, is the fourth: the earliest trip.
+            call(11_000, 300, 13_100, Ending::EndedAtOpen),
+            // Started before the trip, which ends it at once.
+            call(12_900, 300, 13_100, Ending::EndedAtOpen),
+            call(14_000, 300, 14_000, Ending::Refused),
+        ]);
+        let figures = Figures::of(&world, onset);
+        assert_eq!(figures.earliest_trip_ms, Some(13_000));
+        // Floor: each call ended at 13 s: 2.9 + 1.7 + 2.2 + 1.7 + 0 (its
+        // healthy answer would have come at 13.2 s).
+        assert!((figures.floor_s - 8.5).abs() < 1e-9, "{}", figures.floor_s);
+        assert!((figures.floor_in_flight_s - 2.9).abs() < 1e-9);
+        assert!(figures.lost_s >= figures.floor_s, "{figures}");
+    }
+
+    #[test]
     fn the_policy_parses_and_says_what_the_setup_asks() {
         use fusebox_core::policy::{InFlightOnOpen, PolicyDocument, PolicyFormat};
         for end in [true, false] {
@@ -555,6 +643,18 @@ mod tests {
                 InFlightOnOpen::Finish
             };
             assert_eq!(tax.in_flight_on_open, expected);
+            assert_eq!(tax.stalled_after_ms, Some(STALLED_AFTER_MS));
         }
+        let at_deadline = Setup {
+            count_stalls: false,
+            ..Setup::default()
+        };
+        let document =
+            PolicyDocument::parse(&policy(at_deadline), PolicyFormat::Toml).expect("parses");
+        let tax = document.tool_policy(
+            &fusebox_core::ServerName::new(SLOW_TOOL.0).expect("name"),
+            &fusebox_core::ToolName::new(SLOW_TOOL.1).expect("name"),
+        );
+        assert_eq!(tax.stalled_after_ms, None);
     }
 }

@@ -76,9 +76,14 @@ struct Args {
     #[arg(long, conflicts_with_all = ["seeds", "determinism"])]
     incident_cost: bool,
     /// The setup of `--scenario incident_cost` (fleet, fleet-finish,
-    /// per-replica, alone, healthy); it sets the replicas.
+    /// fleet-at-deadline, per-replica, per-replica-at-deadline, alone,
+    /// healthy); it sets the replicas.
     #[arg(long, default_value = "fleet")]
     incident_setup: Named,
+    /// With `--incident-cost`: only these setups (comma-separated; all by
+    /// default).
+    #[arg(long, value_delimiter = ',', requires = "incident_cost")]
+    incident_setups: Vec<Named>,
 }
 
 /// How long the second run of a determinism check sleeps per step (one
@@ -194,7 +199,12 @@ fn options(args: &Args, seed: u64) -> RunOptions {
 fn incident_cost(args: &Args, seed: u64) -> bool {
     let mut rows = Vec::new();
     let mut ok = true;
-    for named in Named::ALL {
+    let setups = if args.incident_setups.is_empty() {
+        Named::ALL.to_vec()
+    } else {
+        args.incident_setups.clone()
+    };
+    for named in setups {
         let run = Args {
             scenario: Scenario::IncidentCost,
             incident_setup: named,

@@ -81,8 +81,11 @@ max_attempts = 2
 backoff_initial_ms = 20
 backoff_max_ms = 100
 
+# Calls still unanswered just short of their deadline count as timeouts
+# then (`stalled_after_ms`), so the runs cover stalled reads and writes.
 [servers.search.tools.lookup]
 effect = "read_only"
+stalled_after_ms = 900
 
 [servers.billing.tools.charge]
 effect = "non_idempotent_write"
@@ -92,6 +95,7 @@ max_attempts = 1
 
 [servers.crm.tools.upsert]
 effect = "idempotent_write"
+stalled_after_ms = 900
 
 [servers.deploy.tools.restart_deployment_job]
 effect = "non_idempotent_write"

@@ -111,11 +111,20 @@ fn every_exercise_meets_its_expectation() {
 
 /// The slow-tool story in every setup: each run meets its own expectations
 /// (the slow tool cost nothing when healthy and never less than the floor,
-/// the breaker opened, no other tool failed), and sharing breakers costs the
-/// fleet less than breakers of each replica's own.
+/// the breaker opened, no other tool failed), sharing breakers costs the
+/// fleet less than breakers of each replica's own, and counting calls when
+/// they stall costs it less than counting them at their deadlines.
 #[test]
 fn the_incident_cost_comparison_runs_every_setup() {
-    let (ok, text) = simulation(&["--seed", "3", "--incident-cost"]);
+    // Five of the seven setups, to keep the debug run short: the ones this
+    // test reads.
+    let (ok, text) = simulation(&[
+        "--seed",
+        "3",
+        "--incident-cost",
+        "--incident-setups",
+        "fleet,fleet-finish,fleet-at-deadline,per-replica,healthy",
+    ]);
     assert!(ok, "{}", report(&text));
     let lost = |label: &str| -> f64 {
         let line = text
@@ -134,6 +143,11 @@ fn the_incident_cost_comparison_runs_every_setup() {
     assert!(
         fleet < finish && finish < per_replica,
         "ending calls at the open and sharing should each cost less: {fleet} / {finish} / {per_replica}\n{text}"
+    );
+    let at_deadline = lost("16 replicas, Fusebox, counted at the deadline");
+    assert!(
+        fleet < at_deadline,
+        "counting stalled calls should cost the fleet less: {fleet} / {at_deadline}\n{text}"
     );
     assert_eq!(lost("16 replicas, Fusebox, tool never slow"), 0.0);
     assert!(text.contains("floor: "), "{text}");
@@ -161,11 +175,14 @@ fn the_ledger_checker_catches_a_leader_answering_reads_unconfirmed() {
 
 #[test]
 fn a_power_loss_catches_appends_acknowledged_before_their_sync() {
-    // Seeds 13 and 16 each cut a majority's power; with appends acknowledged
-    // before their WAL sync, a committed entry vanishes (16: an acknowledged
-    // begin is gone; 13: replicas diverge at one index). Without the bug
-    // both pass.
-    for seed in ["13", "16"] {
+    // Seeds 13 and 65 each cut a majority's power; with appends acknowledged
+    // before their WAL sync, an acknowledged begin vanishes. Without the bug
+    // both pass. A change to the workload's policy moves every trace; these
+    // were found again with `--inject-unsynced-appends` over seeds 0..150.
+    // Seeds where replicas diverge instead (release: "same index") trip an
+    // openraft debug assertion in a debug build, so these two are ones the
+    // ledger checker catches in both.
+    for seed in ["13", "65"] {
         let args = ["--seed", seed, "--summary-only"];
         let (ok, text) = simulation(&args);
         assert!(ok, "seed {seed} without the bug:\n{}", report(&text));

@@ -13,6 +13,7 @@ use crate::probe::{self, ClusterPermit, ProbeAnswer};
 use crate::reporter::Queued;
 use crate::retry;
 use crate::tool::{CallContext, CallOutput, Started, ToolFailure, ToolRef};
+use crate::view::Resolved;
 use fusebox_core::breaker::{Admission, BreakerState, RejectScope};
 use fusebox_core::disclosure::{assess, DegradationMode, ModeAdvice};
 use fusebox_core::policy::{EffectClass, InFlightOnOpen, OnPartition, ToolPolicy};
@@ -36,6 +37,9 @@ pub(crate) enum Permit {
 pub(crate) struct Pass {
     pub(crate) decision: Decision,
     pub(crate) permit: Option<Permit>,
+    /// The call went unanswered past its policy's `stalled_after_ms` and
+    /// was counted then, as a timeout; its end is not counted again.
+    pub(crate) stalled: bool,
 }
 
 impl Pass {
@@ -111,6 +115,17 @@ impl<T, H> AttemptEnd<Started<T, H>> {
 /// into an unknown outcome (and `write`'s ledger records what it did).
 fn ends_on_open(policy: &ToolPolicy) -> bool {
     policy.effect == EffectClass::ReadOnly && policy.in_flight_on_open == InFlightOnOpen::End
+}
+
+/// When a call admitted by `pass` counts as stalled: its policy's
+/// `stalled_after_ms`, if that comes before `deadline`. A probe is never
+/// counted early: its outcome goes back with its permit, whole.
+fn stalls_after(pass: &Pass, deadline: Duration) -> Option<Duration> {
+    if pass.permit.is_some() {
+        return None;
+    }
+    let after = Duration::from_millis(pass.decision.resolution.0.policy.stalled_after_ms?);
+    (after < deadline).then_some(after)
 }
 
 /// A fresh id for one attempt.
@@ -199,14 +214,14 @@ impl Client {
         let mut stretched = Duration::ZERO;
         loop {
             attempt += 1;
-            let pass = self.pass_gate(journey, tool, &policy).await?;
+            let mut pass = self.pass_gate(journey, tool, &policy).await?;
             let (circuit_state, degraded) = (pass.decision.state, pass.decision.degraded);
             let probe = pass.holds_cluster_permit();
             let timeout = self.tool_timeout(tool, &policy).max(stretched);
             let deadline = journey.deadline(timeout, Layer::Tool);
             let ctx = self.context(journey, attempt, deadline, None, probe);
             let (end, elapsed) = self
-                .attempt(journey, tool, &pass, ctx, deadline, &mut f)
+                .attempt(journey, tool, &mut pass, ctx, deadline, &mut f)
                 .await;
             let (end, elapsed) = match end.running() {
                 Err(end) => (end, elapsed),
@@ -284,6 +299,7 @@ impl Client {
         let pass = Pass {
             decision: decision.clone(),
             permit: None,
+            stalled: false,
         };
         self.settle(tool, pass, class, elapsed);
     }
@@ -422,6 +438,7 @@ impl Client {
                 Ok(Pass {
                     decision,
                     permit: None,
+                    stalled: false,
                 })
             }
             Admission::Reject {
@@ -489,6 +506,7 @@ impl Client {
                 Some(p) => Ok(Pass {
                     decision,
                     permit: Some(Permit::Local(p)),
+                    stalled: false,
                 }),
                 None => Err(self.rejected(tool, &decision, scope, BreakerState::HalfOpen, None)),
             };
@@ -512,6 +530,7 @@ impl Client {
                 Ok(Pass {
                     decision,
                     permit: Some(Permit::Cluster(permit)),
+                    stalled: false,
                 })
             }
             Ok(ProbeAnswer::NotNeeded { generation }) => {
@@ -527,6 +546,7 @@ impl Client {
                 Ok(Pass {
                     decision,
                     permit: None,
+                    stalled: false,
                 })
             }
             Ok(ProbeAnswer::Denied {
@@ -551,12 +571,14 @@ impl Client {
     }
 
     /// Runs one attempt under its deadline, in its own span. On expiry the
-    /// call's token fires and its future is dropped.
+    /// call's token fires and its future is dropped. A call still running
+    /// when its policy's `stalled_after_ms` passes is counted then, as a
+    /// timeout, and `pass` notes it, so its end is not counted again.
     pub(crate) async fn attempt<T, F, Fut>(
         &self,
         journey: &Journey,
         tool: &ToolRef,
-        pass: &Pass,
+        pass: &mut Pass,
         ctx: CallContext,
         deadline: Deadline,
         f: &mut F,
@@ -579,38 +601,62 @@ impl Client {
             probe = pass.holds_cluster_permit(),
             outcome_class = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
+            stalled = tracing::field::Empty,
         );
         bump(&self.inner.metrics.calls);
         let token = ctx.cancel.clone();
+        let admitted: &Pass = pass;
         // Subscribed before the call starts, so no change is missed; a
         // probe is what tests the tool, and is never ended this way.
-        let policy = &pass.decision.resolution.0.policy;
-        let watching = (ends_on_open(policy) && pass.permit.is_none())
+        let policy = &admitted.decision.resolution.0.policy;
+        let watching = (ends_on_open(policy) && admitted.permit.is_none())
             .then(|| self.inner.view.breaker_changes());
+        let stall = stalls_after(admitted, deadline.duration);
         let started = Instant::now();
         let call = f(ctx);
-        let end = async {
-            tokio::select! {
-                result = call => AttemptEnd::Done(result),
-                refusal = self.opened(pass, watching) => {
-                    token.cancel();
-                    AttemptEnd::CircuitOpened(Box::new(refusal))
-                }
-                () = tokio::time::sleep(deadline.duration) => {
-                    token.cancel();
-                    AttemptEnd::TimedOut { layer: deadline.layer, deadline: deadline.duration }
-                }
-                () = journey.token().cancelled() => AttemptEnd::Cancelled,
+        let opened = self.opened(admitted, watching);
+        let stalling = async {
+            match stall {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
             }
+        };
+        let expiry = tokio::time::sleep(deadline.duration);
+        let (end, stalled) = async {
+            tokio::pin!(call, opened, stalling, expiry);
+            let mut stalled = false;
+            let end = loop {
+                tokio::select! {
+                    result = &mut call => break AttemptEnd::Done(result),
+                    refusal = &mut opened => {
+                        token.cancel();
+                        break AttemptEnd::CircuitOpened(Box::new(refusal));
+                    }
+                    () = &mut expiry => {
+                        token.cancel();
+                        break AttemptEnd::TimedOut { layer: deadline.layer, deadline: deadline.duration };
+                    }
+                    () = &mut stalling, if !stalled => {
+                        stalled = true;
+                        let after = stall.unwrap_or_default();
+                        tracing::debug!(after_ms = ms(after), "no answer yet: counted as a timeout");
+                        self.count(tool, &admitted.decision, OutcomeClass::Timeout, after);
+                    }
+                    () = journey.token().cancelled() => break AttemptEnd::Cancelled,
+                }
+            };
+            (end, stalled)
         }
         .instrument(span.clone())
         .await;
+        pass.stalled = stalled;
         let elapsed = started.elapsed();
         if let AttemptEnd::TimedOut { .. } = end {
             bump(&self.inner.metrics.timeouts);
         }
         span.record("outcome_class", end.class().as_str());
         span.record("elapsed_ms", ms(elapsed));
+        span.record("stalled", stalled);
         (end, elapsed)
     }
 
@@ -669,7 +715,8 @@ impl Client {
     }
 
     /// Reports the outcome: the probe permit is returned with it, or it goes
-    /// into the report buffer; the local breakers count it either way.
+    /// into the report buffer; the local breakers count it either way. A
+    /// call counted when it stalled is not counted again.
     pub(crate) fn settle(
         &self,
         tool: &ToolRef,
@@ -677,39 +724,62 @@ impl Client {
         class: OutcomeClass,
         elapsed: Duration,
     ) {
-        // The resolution the call was admitted under (looked up again only
-        // for a decision made for another tool), and the instant it ended
-        // by the clock that admitted it.
-        let resolved = match pass.decision.resolution.of(tool) {
-            Some(r) => r.clone(),
-            None => self.inner.view.resolved(tool),
-        };
-        let now = pass.decision.decided_at.plus_ms(ms(elapsed));
-        let (server_policy, tool_policy) = (&resolved.server_breaker, &resolved.policy.breaker);
         match pass.permit {
             Some(Permit::Local(permit)) => {
+                let resolved = self.resolution(tool, &pass.decision);
                 let p = if permit.key.is_server() {
-                    server_policy
+                    &resolved.server_breaker
                 } else {
-                    tool_policy
+                    &resolved.policy.breaker
                 };
+                let now = pass.decision.decided_at.plus_ms(ms(elapsed));
                 self.inner.local.release(&permit, p, class, now);
-                return;
             }
-            Some(Permit::Cluster(permit)) => self.release_later(permit, class, ms(elapsed)),
-            None => self.inner.buffer.record(Queued {
-                tool: resolved.clone(),
-                class,
-                duration_ms: ms(elapsed),
-                generations: (
-                    pass.decision.tool_generation,
-                    pass.decision.server_generation,
-                ),
-            }),
+            Some(Permit::Cluster(permit)) => {
+                self.release_later(permit, class, ms(elapsed));
+                let resolved = self.resolution(tool, &pass.decision);
+                self.count_locally(&resolved, &pass.decision, class, elapsed);
+            }
+            None if pass.stalled => {}
+            None => self.count(tool, &pass.decision, class, elapsed),
         }
+    }
+
+    /// Counts the outcome of a call admitted without a permit: into the
+    /// report buffer, and on the local breakers.
+    fn count(&self, tool: &ToolRef, decision: &Decision, class: OutcomeClass, elapsed: Duration) {
+        let resolved = self.resolution(tool, decision);
+        self.inner.buffer.record(Queued {
+            tool: resolved.clone(),
+            class,
+            duration_ms: ms(elapsed),
+            generations: (decision.tool_generation, decision.server_generation),
+        });
+        self.count_locally(&resolved, decision, class, elapsed);
+    }
+
+    /// The resolution the call was admitted under (looked up again only
+    /// for a decision made for another tool).
+    fn resolution(&self, tool: &ToolRef, decision: &Decision) -> Arc<Resolved> {
+        match decision.resolution.of(tool) {
+            Some(r) => r.clone(),
+            None => self.inner.view.resolved(tool),
+        }
+    }
+
+    /// Counts an outcome on the local breakers, at the instant it came by
+    /// the clock that admitted the call.
+    fn count_locally(
+        &self,
+        resolved: &Resolved,
+        decision: &Decision,
+        class: OutcomeClass,
+        elapsed: Duration,
+    ) {
+        let now = decision.decided_at.plus_ms(ms(elapsed));
         self.inner.local.record(
-            self.local_pair(&resolved),
-            (server_policy, tool_policy),
+            self.local_pair(resolved),
+            (&resolved.server_breaker, &resolved.policy.breaker),
             class,
             ms(elapsed),
             now,

@@ -207,7 +207,7 @@ impl Client {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let pass = self.pass_gate(journey, tool, &policy).await?;
+            let mut pass = self.pass_gate(journey, tool, &policy).await?;
             let deadline = journey.deadline(self.tool_timeout(tool, &policy), Layer::Tool);
             let lease_ms = u64::try_from(deadline.duration.as_millis())
                 .unwrap_or(u64::MAX)
@@ -233,7 +233,7 @@ impl Client {
             let mut ctx =
                 self.context(journey, attempt, deadline, Some(request.key.clone()), probe);
             ctx.tool_call_id = attempt_id.clone();
-            let call = self.attempt(journey, tool, &pass, ctx, deadline, &mut f);
+            let call = self.attempt(journey, tool, &mut pass, ctx, deadline, &mut f);
             let (end, elapsed) = if clamped {
                 // A call longer than the longest lease: keep the key ours
                 // until it ends (`renewing` never finishes by itself).

@@ -124,6 +124,10 @@ pub struct ToolOverrides {
     /// What a call still running does when its breaker opens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight_on_open: Option<InFlightOnOpen>,
+    /// How long a call may go unanswered before it counts against its
+    /// breakers as a timeout, while it keeps running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_after_ms: Option<u64>,
     /// Shadow mode: decide and count, never reject (staged rollout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<bool>,
@@ -158,6 +162,9 @@ pub struct ServerOverrides {
     /// In-flight behaviour of this server's tools when a breaker opens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight_on_open: Option<InFlightOnOpen>,
+    /// When this server's unanswered calls count as timeouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_after_ms: Option<u64>,
     /// Shadow mode for this server's breaker and tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<bool>,
@@ -292,6 +299,7 @@ impl ServerOverrides {
             scope: self.scope,
             on_partition: self.on_partition,
             in_flight_on_open: self.in_flight_on_open,
+            stalled_after_ms: self.stalled_after_ms,
             shadow: self.shadow,
             retry: self.retry.clone(),
             breaker: self.breaker.clone(),

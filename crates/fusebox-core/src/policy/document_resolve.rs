@@ -113,6 +113,7 @@ pub(crate) fn resolve_tool(layers: &[&ToolOverrides]) -> ToolPolicy {
         on_partition: first(layers, |l| l.on_partition).unwrap_or(built_in.on_partition),
         in_flight_on_open: first(layers, |l| l.in_flight_on_open)
             .unwrap_or(built_in.in_flight_on_open),
+        stalled_after_ms: first(layers, |l| l.stalled_after_ms).or(built_in.stalled_after_ms),
         classify: Classification::resolve(layers.iter().map(|l| &l.classify)),
     }
 }

@@ -240,6 +240,13 @@ pub struct ToolPolicy {
     /// What happens to a call in flight when its breaker opens.
     #[serde(default)]
     pub in_flight_on_open: InFlightOnOpen,
+    /// A call still unanswered this long after it started counts against
+    /// its breakers at once, as a timeout, and not again when it ends; it
+    /// keeps running to its own end or deadline (or, under
+    /// `in_flight_on_open = "end"`, until its breaker opens). `None`: a call
+    /// counts when it ends. See [`ToolPolicy::stalled_after_ms`]'s use in the SDK.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_after_ms: Option<u64>,
     /// Answer patterns that overrule an answer's form.
     #[serde(default, skip_serializing_if = "Classification::is_empty")]
     pub classify: Classification,
@@ -255,6 +262,7 @@ impl Default for ToolPolicy {
             scope: Scope::Tool,
             on_partition: OnPartition::FailOpenLocal,
             in_flight_on_open: InFlightOnOpen::Finish,
+            stalled_after_ms: None,
             classify: Classification::default(),
         }
     }

@@ -118,6 +118,13 @@ fn check_layer(path: &str, own: &ToolOverrides, layers: &[&ToolOverrides], p: &m
         (1, TIMEOUT_MS_MAX),
         " ms",
     );
+    p.range(
+        path,
+        "stalled_after_ms",
+        own.stalled_after_ms,
+        (1, TIMEOUT_MS_MAX),
+        " ms",
+    );
     check_retry(&format!("{path}.retry"), &own.retry, p);
     check_breaker(&format!("{path}.breaker"), &own.breaker, p);
     for (field, rule) in own.classify.problems(&format!("{path}.classify")) {

@@ -468,6 +468,43 @@ in_flight_on_open = \"abort\"",
 }
 
 #[test]
+fn stalled_after_ms_is_unset_by_default_inherited_and_bounded() {
+    let document = parse(
+        r#"
+[defaults]
+stalled_after_ms = 5000
+
+[servers.tax]
+stalled_after_ms = 3000
+
+[servers.tax.tools.file_return]
+timeout_ms = 60000
+"#,
+    );
+    let stalled = |s: &str, t: &str| document.tool_policy(&server(s), &tool(t)).stalled_after_ms;
+    assert_eq!(stalled("crm", "get_deal"), Some(5_000));
+    assert_eq!(stalled("tax", "lookup"), Some(3_000));
+    assert_eq!(stalled("tax", "file_return"), Some(3_000));
+    assert_eq!(
+        parse("")
+            .tool_policy(&server("crm"), &tool("get_deal"))
+            .stalled_after_ms,
+        None
+    );
+    for bad in ["0", "999999999"] {
+        let problems = problems_of(
+            &format!("[servers.tax.tools.lookup]\nstalled_after_ms = {bad}"),
+            PolicyFormat::Toml,
+        );
+        assert_eq!(
+            fields(&problems),
+            vec!["servers.tax.tools.lookup.stalled_after_ms"],
+            "{bad}"
+        );
+    }
+}
+
+#[test]
 fn unreadable_documents_are_one_problem_naming_the_field_or_line() {
     let cases = [
         ("[defaults]\ntimeout_ms = \"fast\"", "defaults.timeout_ms"),
