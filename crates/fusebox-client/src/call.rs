@@ -617,7 +617,10 @@ impl Client {
         let opened = self.opened(admitted, watching);
         let stalling = async {
             match stall {
-                Some(after) => tokio::time::sleep(after).await,
+                Some(after) => {
+                    tokio::time::sleep(after).await;
+                    after
+                }
                 None => std::future::pending().await,
             }
         };
@@ -636,9 +639,8 @@ impl Client {
                         token.cancel();
                         break AttemptEnd::TimedOut { layer: deadline.layer, deadline: deadline.duration };
                     }
-                    () = &mut stalling, if !stalled => {
+                    after = &mut stalling, if !stalled => {
                         stalled = true;
-                        let after = stall.unwrap_or_default();
                         tracing::debug!(after_ms = ms(after), "no answer yet: counted as a timeout");
                         self.count(tool, &admitted.decision, OutcomeClass::Timeout, after);
                     }

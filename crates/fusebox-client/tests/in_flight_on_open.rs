@@ -11,7 +11,7 @@ use fusebox_client::{BreakerState, ClientError, Journey, ToolRef};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{connected, hangs, wait_for, TestCluster};
+use support::{connected, hangs, policy_seen, wait_for, TestCluster};
 
 const POLICY: &str = r#"
 [defaults]
@@ -35,11 +35,7 @@ async fn a_read_in_flight_ends_when_its_breaker_opens_only_if_its_policy_says_en
     let operator = cluster.operator(0);
     let version = operator.apply_policy(POLICY).await;
     let client = Arc::new(connected(cluster.config("waiter", &[0])).await);
-    wait_for("policy on the replica", Duration::from_secs(10), || {
-        let v = client.view_status().policy_version;
-        async move { (v == Some(version)).then_some(()) }
-    })
-    .await;
+    policy_seen(&client, version).await;
 
     // Three calls wait on tools that hang: a read under "end", a read under
     // the default "finish" (3 s deadline), and a write under "end".

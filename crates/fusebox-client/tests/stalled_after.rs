@@ -11,7 +11,7 @@ use fusebox_proto::v1 as pb;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{connected, hangs, wait_for, TestCluster};
+use support::{connected, hangs, policy_seen, wait_for, TestCluster};
 
 const POLICY: &str = r#"
 [defaults]
@@ -42,11 +42,7 @@ async fn client_with_policy(
     version: u64,
 ) -> Arc<fusebox_client::Client> {
     let client = Arc::new(connected(cluster.config(replica, &[0])).await);
-    wait_for("policy on the replica", Duration::from_secs(10), || {
-        let v = client.view_status().policy_version;
-        async move { (v == Some(version)).then_some(()) }
-    })
-    .await;
+    policy_seen(&client, version).await;
     client
 }
 

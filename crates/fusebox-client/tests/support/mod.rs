@@ -274,6 +274,15 @@ where
     }
 }
 
+/// Waits until `client`'s view holds policy `version`.
+pub async fn policy_seen(client: &Client, version: u64) {
+    wait_for("policy on the replica", Duration::from_secs(10), || {
+        let v = client.view_status().policy_version;
+        async move { (v == Some(version)).then_some(()) }
+    })
+    .await;
+}
+
 /// A TCP proxy in front of one node that can cut every connection and
 /// refuse new ones, as a network partition would.
 pub struct Proxy {
