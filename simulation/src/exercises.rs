@@ -15,6 +15,7 @@ use fusebox_client::{
     BreakerState, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef, WriteRequest,
     WriteSuccess,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// When the dependency of `sustained_dependency_failure` starts failing.
@@ -393,7 +394,9 @@ async fn one_slow_of_twenty(replica: &mut Replica) {
 /// tools, each timed; the slow tool's calls and the others' time go into
 /// the world for [`crate::incident::Figures`]. Then the agent "thinks".
 async fn incident_turn(replica: &mut Replica) {
-    use crate::incident::{answer_ms, Ending, SlowCall, Turn, SLOW_TOOL, TURN_CALLS};
+    use crate::incident::{
+        answer_ms, Ending, SlowCall, Turn, SLOWEST_HEALTHY_MS, SLOW_TOOL, TURN_CALLS,
+    };
     let setup = replica.world.incident;
     let onset = crate::incident::onset_ms(replica.world.seed);
     let turn_started = sim_ms();
@@ -410,7 +413,7 @@ async fn incident_turn(replica: &mut Replica) {
         };
         let slow_tool = (server, name) == SLOW_TOOL;
         let healthy_ms = if slow_tool {
-            replica.rng.u64(100..900)
+            replica.rng.u64(100..SLOWEST_HEALTHY_MS)
         } else {
             replica.rng.u64(20..300)
         };
@@ -424,10 +427,14 @@ async fn incident_turn(replica: &mut Replica) {
             ms: answer - start_ms,
         };
         let world = replica.world.clone();
+        // Whether the gate let the call reach the tool: a refusal can come
+        // after a round trip (a probe permit denied), not only at once.
+        let reached = AtomicBool::new(false);
         let called = replica
             .client
             .call(&journey, &t, |ctx| {
                 let (world, t) = (world.clone(), t.clone());
+                reached.store(true, Ordering::Relaxed);
                 async move {
                     if setup.shared {
                         tools::run(&world, &t, &ctx, behaviour).await
@@ -442,7 +449,9 @@ async fn incident_turn(replica: &mut Replica) {
             let ending = match &called {
                 Ok(_) => Ending::Answered,
                 Err(ClientError::Timeout { .. }) => Ending::TimedOut,
-                Err(ClientError::CircuitOpen { .. }) if end_ms == start_ms => Ending::Refused,
+                Err(ClientError::CircuitOpen { .. }) if !reached.load(Ordering::Relaxed) => {
+                    Ending::Refused
+                }
                 Err(ClientError::CircuitOpen {
                     state: BreakerState::Open | BreakerState::ForcedOpen,
                     ..

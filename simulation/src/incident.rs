@@ -24,9 +24,11 @@
 //! `consecutive_failures` timeouts, so the earliest trip is the fourth
 //! moment a slow call could be counted (its deadline, or its stall when the
 //! setup counts stalls); every call already waiting then (or before) loses
-//! the time up to it. [`Figures`] gives it two ways: for the calls in flight
-//! when the tool turned slow only, and for every call that started before
-//! the earliest trip.
+//! the time up to it. The ideal breaker must then also probe the tool each
+//! time its open period ends, and a probe of a tool still slow loses at
+//! least the time until it can be counted. [`Figures`] gives the floor two
+//! ways: for the calls in flight when the tool turned slow only, and for
+//! every call that started before the earliest trip and the probes after.
 
 use crate::world::World;
 use std::fmt;
@@ -43,8 +45,12 @@ pub const SLOW_TOOL_TIMEOUT_MS: u64 = 10_000;
 /// timeout, when the setup counts stalls: more than twice its slowest
 /// healthy answer (900 ms), so no healthy call is counted.
 pub const STALLED_AFTER_MS: u64 = 2_000;
+/// The slow tool's slowest healthy answer.
+pub const SLOWEST_HEALTHY_MS: u64 = 900;
 /// Timeouts in a row that open a breaker (the story's four).
 pub const TRIP_FAILURES: usize = 4;
+/// How long a breaker stays open before it lets a probe through.
+pub const OPEN_MS: u64 = 20_000;
 /// How long after it turns slow calls are counted: long enough for every
 /// replica of the per-replica fleet to trip on its own, short of a probe
 /// cycle of the shared breaker's.
@@ -78,7 +84,7 @@ max_attempts = 1
 [defaults.breaker]
 consecutive_failures = {TRIP_FAILURES}
 min_reporters = 1
-open_ms = 20000
+open_ms = {OPEN_MS}
 concurrent_probes = 1
 probe_lease_ms = 15000
 
@@ -305,10 +311,11 @@ pub fn comparison(seed: u64, rows: &[(Named, Figures)]) -> String {
     };
     let _ = writeln!(
         out,
-        "floor: {:.1} s (an ideal shared breaker, tripping at the fleet's fourth counted timeout at {:.1} s, each call counted {} s after it started, and ending every call waiting then); of it, the calls in flight at the onset: {:.1} s",
+        "floor: {:.1} s (an ideal shared breaker, tripping at the fleet's fourth counted timeout at {:.1} s, each call counted {} s after it started, ending every call waiting then, and sending {} probes, each ended when it is counted); of it, the calls in flight at the onset: {:.1} s",
         fleet.floor_s,
         seconds(fleet.earliest_trip_ms.unwrap_or(0)),
         seconds(Named::Fleet.setup().counted_after_ms()),
+        fleet.floor_probes,
         fleet.floor_in_flight_s
     );
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
@@ -382,11 +389,12 @@ pub enum Ending {
     Answered,
     /// Its deadline passed.
     TimedOut,
-    /// Refused by an open breaker before it started.
+    /// Refused before it reached the tool: by an open breaker, or a probe
+    /// permit denied.
     Refused,
     /// Ended in flight when its breaker opened.
     EndedAtOpen,
-    /// Anything else (a cluster error, a probe refused).
+    /// Anything else (a cluster error).
     Other,
 }
 
@@ -437,8 +445,12 @@ pub struct Figures {
     /// each ended at the earliest trip.
     pub floor_in_flight_s: f64,
     /// The floor of an ideal shared breaker: every call that started before
-    /// the earliest trip, each ended then.
+    /// the earliest trip, each ended then, and its probes.
     pub floor_s: f64,
+    /// The probes the ideal breaker sends in the counted window, each
+    /// losing at least the time until it can be counted less the slowest
+    /// healthy answer.
+    pub floor_probes: u64,
     /// Calls of the slow tool: all, timed out, refused fast, ended at the open.
     pub calls: u64,
     /// Timed out.
@@ -479,16 +491,26 @@ impl Figures {
                 .min(trip)
                 .saturating_sub(c.healthy_end_ms)
         };
+        let floor_probes = earliest_trip_ms.map_or(0, |trip| {
+            ideal_probes(trip, counted_after, window.end).count() as u64
+        });
+        let probe_loss = counted_after.saturating_sub(SLOWEST_HEALTHY_MS);
         let floor = |in_flight_only: bool| -> u64 {
             let Some(trip) = earliest_trip_ms else {
                 return 0;
+            };
+            let probes = if in_flight_only {
+                0
+            } else {
+                floor_probes * probe_loss
             };
             calls
                 .iter()
                 .filter(|c| c.start_ms < trip && c.ending != Ending::Refused)
                 .filter(|c| !in_flight_only || c.start_ms <= onset_ms)
                 .map(|c| ideal_loss(c, trip))
-                .sum()
+                .sum::<u64>()
+                + probes
         };
         let count = |e: Ending| calls.iter().filter(|c| c.ending == e).count() as u64;
         let turns: Vec<Turn> = world
@@ -510,6 +532,7 @@ impl Figures {
             earliest_trip_ms,
             floor_in_flight_s: seconds(floor(true)),
             floor_s: seconds(floor(false)),
+            floor_probes,
             calls: calls.len() as u64,
             timed_out: count(Ending::TimedOut),
             refused: count(Ending::Refused),
@@ -519,6 +542,17 @@ impl Figures {
             other_tools_failed: turns.iter().map(|t| u64::from(t.other_tools_failed)).sum(),
         }
     }
+}
+
+/// When the probes of an ideal breaker that opened at `trip` start, before
+/// `end`: each time its open period ends (at the earliest, so as many as
+/// can fit), each failing `counted_after` ms after it starts, as the tool
+/// is still slow, which opens the breaker again.
+fn ideal_probes(trip: u64, counted_after: u64, end: u64) -> impl Iterator<Item = u64> {
+    std::iter::successors(Some(trip + OPEN_MS), move |start| {
+        Some(start + counted_after + OPEN_MS)
+    })
+    .take_while(move |start| *start < end)
 }
 
 fn seconds(ms: u64) -> f64 {
@@ -586,8 +620,11 @@ mod tests {
         assert_eq!(figures.calls, 6);
         // Lost: 9.7 + 9.7 + 9.7 + 9.7 + 3.2 + 0.
         assert!((figures.lost_s - 42.0).abs() < 1e-9, "{figures}");
-        // Floor: the same calls ended at 23 s: 9.7 × 4 + 2.7.
-        assert!((figures.floor_s - 41.5).abs() < 1e-9, "{}", figures.floor_s);
+        // Floor: the same calls ended at 23 s, 9.7 × 4 + 2.7, and one
+        // probe at 43 s (the next would start at 73 s, past the window),
+        // counted at its deadline: 10 - 0.9.
+        assert_eq!(figures.floor_probes, 1);
+        assert!((figures.floor_s - 50.6).abs() < 1e-9, "{}", figures.floor_s);
         // As worded: the call in flight at the onset only.
         assert!((figures.floor_in_flight_s - 9.7).abs() < 1e-9);
         assert_eq!(
@@ -615,8 +652,10 @@ mod tests {
         let figures = Figures::of(&world, onset);
         assert_eq!(figures.earliest_trip_ms, Some(13_000));
         // Floor: each call ended at 13 s: 2.9 + 1.7 + 2.2 + 1.7 + 0 (its
-        // healthy answer would have come at 13.2 s).
-        assert!((figures.floor_s - 8.5).abs() < 1e-9, "{}", figures.floor_s);
+        // healthy answer would have come at 13.2 s), and probes at 33 s
+        // and 55 s, each counted at its stall: 2 × (2 - 0.9).
+        assert_eq!(figures.floor_probes, 2);
+        assert!((figures.floor_s - 10.7).abs() < 1e-9, "{}", figures.floor_s);
         assert!((figures.floor_in_flight_s - 2.9).abs() < 1e-9);
         assert!(figures.lost_s >= figures.floor_s, "{figures}");
     }

@@ -117,14 +117,10 @@ fn ends_on_open(policy: &ToolPolicy) -> bool {
     policy.effect == EffectClass::ReadOnly && policy.in_flight_on_open == InFlightOnOpen::End
 }
 
-/// When a call admitted by `pass` counts as stalled: its policy's
-/// `stalled_after_ms`, if that comes before `deadline`. A probe is never
-/// counted early: its outcome goes back with its permit, whole.
-fn stalls_after(pass: &Pass, deadline: Duration) -> Option<Duration> {
-    if pass.permit.is_some() {
-        return None;
-    }
-    let after = Duration::from_millis(pass.decision.resolution.0.policy.stalled_after_ms?);
+/// When a call admitted under `policy` counts as stalled: its
+/// `stalled_after_ms`, if that comes before `deadline`.
+fn stalls_after(policy: &ToolPolicy, deadline: Duration) -> Option<Duration> {
+    let after = Duration::from_millis(policy.stalled_after_ms?);
     (after < deadline).then_some(after)
 }
 
@@ -573,7 +569,11 @@ impl Client {
     /// Runs one attempt under its deadline, in its own span. On expiry the
     /// call's token fires and its future is dropped. A call still running
     /// when its policy's `stalled_after_ms` passes is counted then, as a
-    /// timeout, and `pass` notes it, so its end is not counted again.
+    /// timeout, and `pass` notes it, so its end is not counted again. A
+    /// probe that stalls gives its permit back then, failed: its breaker
+    /// reopens for the whole fleet at once instead of holding the permit to
+    /// the call's deadline, and a read under `in_flight_on_open = "end"`
+    /// ends at that reopening.
     pub(crate) async fn attempt<T, F, Fut>(
         &self,
         journey: &Journey,
@@ -605,16 +605,20 @@ impl Client {
         );
         bump(&self.inner.metrics.calls);
         let token = ctx.cancel.clone();
-        let admitted: &Pass = pass;
+        let Pass {
+            decision, permit, ..
+        } = &mut *pass;
+        let decision: &Decision = decision;
+        let policy = &decision.resolution.0.policy;
         // Subscribed before the call starts, so no change is missed; a
-        // probe is what tests the tool, and is never ended this way.
-        let policy = &admitted.decision.resolution.0.policy;
-        let watching = (ends_on_open(policy) && admitted.permit.is_none())
-            .then(|| self.inner.view.breaker_changes());
-        let stall = stalls_after(admitted, deadline.duration);
+        // probe is what tests the tool, and is not ended this way before
+        // it stalls.
+        let ends = ends_on_open(policy);
+        let watching = (ends && permit.is_none()).then(|| self.inner.view.breaker_changes());
+        let stall = stalls_after(policy, deadline.duration);
         let started = Instant::now();
         let call = f(ctx);
-        let opened = self.opened(admitted, watching);
+        let opened = self.opened(decision, watching);
         let stalling = async {
             match stall {
                 Some(after) => {
@@ -642,7 +646,17 @@ impl Client {
                     after = &mut stalling, if !stalled => {
                         stalled = true;
                         tracing::debug!(after_ms = ms(after), "no answer yet: counted as a timeout");
-                        self.count(tool, &admitted.decision, OutcomeClass::Timeout, after);
+                        // Subscribed before the permit goes back, so the
+                        // reopening its answer brings is not missed.
+                        let reopening = (ends && matches!(permit, Some(Permit::Cluster(_))))
+                            .then(|| self.inner.view.breaker_changes());
+                        match permit.take() {
+                            Some(p) => self.give_back(tool, p, decision, OutcomeClass::Timeout, after),
+                            None => self.count(tool, decision, OutcomeClass::Timeout, after),
+                        }
+                        if reopening.is_some() {
+                            opened.set(self.opened(decision, reopening));
+                        }
                     }
                     () = journey.token().cancelled() => break AttemptEnd::Cancelled,
                 }
@@ -662,19 +676,19 @@ impl Client {
         (end, elapsed)
     }
 
-    /// Resolves once the breakers of the call `pass` admitted refuse calls
-    /// (read again after each change the view takes in); never without a
-    /// receiver, or once the view is gone.
+    /// Resolves once the breakers of the call admitted by `decision` refuse
+    /// calls (read again after each change the view takes in); never
+    /// without a receiver, or once the view is gone.
     async fn opened(
         &self,
-        pass: &Pass,
+        decision: &Decision,
         watching: Option<tokio::sync::watch::Receiver<u64>>,
     ) -> Refusal {
         let Some(mut changes) = watching else {
             return std::future::pending().await;
         };
         while changes.changed().await.is_ok() {
-            let decision = self.admit_with(pass.decision.resolution.0.clone());
+            let decision = self.admit_with(decision.resolution.0.clone());
             if let Admission::Reject {
                 scope,
                 state,
@@ -727,23 +741,38 @@ impl Client {
         elapsed: Duration,
     ) {
         match pass.permit {
-            Some(Permit::Local(permit)) => {
-                let resolved = self.resolution(tool, &pass.decision);
+            Some(permit) => self.give_back(tool, permit, &pass.decision, class, elapsed),
+            None if pass.stalled => {}
+            None => self.count(tool, &pass.decision, class, elapsed),
+        }
+    }
+
+    /// Returns a probe permit with the outcome of its call: a local permit
+    /// to the local breaker; a cluster permit to the cluster, in the
+    /// background, and the outcome to the local breakers too.
+    fn give_back(
+        &self,
+        tool: &ToolRef,
+        permit: Permit,
+        decision: &Decision,
+        class: OutcomeClass,
+        elapsed: Duration,
+    ) {
+        let resolved = self.resolution(tool, decision);
+        match permit {
+            Permit::Local(permit) => {
                 let p = if permit.key.is_server() {
                     &resolved.server_breaker
                 } else {
                     &resolved.policy.breaker
                 };
-                let now = pass.decision.decided_at.plus_ms(ms(elapsed));
+                let now = decision.decided_at.plus_ms(ms(elapsed));
                 self.inner.local.release(&permit, p, class, now);
             }
-            Some(Permit::Cluster(permit)) => {
+            Permit::Cluster(permit) => {
                 self.release_later(permit, class, ms(elapsed));
-                let resolved = self.resolution(tool, &pass.decision);
-                self.count_locally(&resolved, &pass.decision, class, elapsed);
+                self.count_locally(&resolved, decision, class, elapsed);
             }
-            None if pass.stalled => {}
-            None => self.count(tool, &pass.decision, class, elapsed),
         }
     }
 

@@ -1,14 +1,17 @@
 //! `stalled_after_ms`: a call with no answer that long after it started
 //! counts against its breakers at once, as a timeout, while it keeps
-//! running; its end is not counted again.
+//! running; its end is not counted again. A probe that stalls gives its
+//! permit back then, failed, and its breaker reopens at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use fusebox_client::{BreakerState, ClientError, Journey, ToolFailure, ToolRef};
+use fusebox_client::{
+    Admission, BreakerState, Client, ClientError, Journey, OutcomeClass, ToolFailure, ToolRef,
+};
 use fusebox_proto::v1 as pb;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::{connected, hangs, policy_seen, wait_for, TestCluster};
@@ -34,13 +37,33 @@ consecutive_failures = 1000
 
 [servers.crm.tools.get_deal.breaker]
 consecutive_failures = 2
+
+# One failure opens these, and the open period is short, so a probe comes
+# soon; its lease outlasts every call here.
+[servers.maps]
+in_flight_on_open = "end"
+
+[servers.maps.breaker]
+consecutive_failures = 1000
+
+[servers.maps.tools.geocode.breaker]
+consecutive_failures = 1
+open_ms = 1000
+probe_lease_ms = 60000
+
+[servers.mail.breaker]
+consecutive_failures = 1000
+
+[servers.mail.tools.send_status]
+timeout_ms = 15000
+
+[servers.mail.tools.send_status.breaker]
+consecutive_failures = 1
+open_ms = 1000
+probe_lease_ms = 60000
 "#;
 
-async fn client_with_policy(
-    cluster: &TestCluster,
-    replica: &str,
-    version: u64,
-) -> Arc<fusebox_client::Client> {
+async fn client_with_policy(cluster: &TestCluster, replica: &str, version: u64) -> Arc<Client> {
     let client = Arc::new(connected(cluster.config(replica, &[0])).await);
     policy_seen(&client, version).await;
     client
@@ -114,5 +137,124 @@ async fn a_stalled_call_that_then_answers_is_counted_once_as_a_timeout() {
         },
     )
     .await;
+    cluster.shutdown().await;
+}
+
+/// Opens `tool`'s breaker with one tool error from `client`, then waits
+/// until `client` would send a probe.
+async fn tripped_until_probe(client: &Client, tool: &ToolRef) {
+    let journey = Journey::new("trip", Duration::from_secs(60), Duration::ZERO);
+    let failed = client
+        .call(&journey, tool, |_ctx| async {
+            Err::<(), _>(ToolFailure::new(OutcomeClass::ToolError, "isError"))
+        })
+        .await;
+    assert!(
+        matches!(failed, Err(ClientError::ToolFailed { .. })),
+        "{failed:?}"
+    );
+    client.flush_reports();
+    wait_for(
+        "the breaker to want a probe",
+        Duration::from_secs(15),
+        || {
+            let d = client.admit(tool);
+            async move { matches!(d.admission, Admission::Probe { .. }).then_some(()) }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_probe_reopens_its_breaker_and_ends_there_under_end() {
+    let cluster = TestCluster::start(1).await;
+    let operator = cluster.operator(0);
+    let version = operator.apply_policy(POLICY).await;
+    let client = client_with_policy(&cluster, "r1", version).await;
+    let t = ToolRef::new("maps", "geocode").unwrap();
+    tripped_until_probe(&client, &t).await;
+    let journey = Journey::new("geocode", Duration::from_secs(60), Duration::ZERO);
+    let began = Instant::now();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let result = client
+        .call(&journey, &t, |ctx| hangs(cancelled.clone(), ctx.cancel))
+        .await;
+    let took = began.elapsed();
+    // The probe counts as a failed probe 300 ms in: its permit goes back,
+    // the breaker reopens, and the call ends at that reopening.
+    match result {
+        Err(ClientError::CircuitOpen { state, .. }) => assert_eq!(state, BreakerState::Open),
+        other => panic!("a stalled probe was not ended by its breaker reopening: {other:?}"),
+    }
+    assert!(
+        took < Duration::from_secs(10),
+        "a stalled probe ran {took:?}, toward its 20 s deadline"
+    );
+    assert_eq!(client.metrics().probes_granted, 1);
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the probe's transport was not cancelled"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_probe_that_finishes_frees_its_permit_for_the_next_probe() {
+    let cluster = TestCluster::start(1).await;
+    let operator = cluster.operator(0);
+    let version = operator.apply_policy(POLICY).await;
+    let first = client_with_policy(&cluster, "r1", version).await;
+    let second = client_with_policy(&cluster, "r2", version).await;
+    let t = ToolRef::new("mail", "send_status").unwrap();
+    tripped_until_probe(&first, &t).await;
+    // The first replica's probe hangs to its 15 s deadline ("finish").
+    let probing = Arc::new(AtomicBool::new(false));
+    let stalled_probe = {
+        let (client, t, probing) = (first.clone(), t.clone(), probing.clone());
+        tokio::spawn(async move {
+            let journey = Journey::new("status", Duration::from_secs(60), Duration::ZERO);
+            let cancelled = Arc::new(AtomicBool::new(false));
+            client
+                .call(&journey, &t, |ctx| {
+                    probing.store(true, Ordering::SeqCst);
+                    hangs(cancelled.clone(), ctx.cancel)
+                })
+                .await
+        })
+    };
+    wait_for("the first probe to start", Duration::from_secs(10), || {
+        let started = probing.load(Ordering::SeqCst);
+        async move { started.then_some(()) }
+    })
+    .await;
+    // Its permit went back failed at 300 ms, so once the breaker's next
+    // open period is over the second replica gets the one probe permit,
+    // while the first probe is still running.
+    let journey = Journey::new("status", Duration::from_secs(60), Duration::ZERO);
+    let answered = wait_for("a second probe", Duration::from_secs(10), || {
+        let (second, t, journey) = (&second, &t, &journey);
+        async move {
+            if !matches!(second.admit(t).admission, Admission::Probe { .. }) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return None;
+            }
+            second
+                .call(journey, t, |_ctx| async { Ok::<_, ToolFailure>("sent") })
+                .await
+                .ok()
+        }
+    })
+    .await;
+    assert!(answered.probe, "the second replica's call was not a probe");
+    assert!(
+        !stalled_probe.is_finished(),
+        "the first probe ended before the second was granted"
+    );
+    match stalled_probe.await.unwrap() {
+        Err(ClientError::Timeout { .. }) => {}
+        other => panic!("the stalled probe did not run to its deadline: {other:?}"),
+    }
+    assert_eq!(first.metrics().probes_granted, 1);
+    assert_eq!(second.metrics().probes_granted, 1);
     cluster.shutdown().await;
 }
