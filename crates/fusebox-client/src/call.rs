@@ -677,8 +677,8 @@ impl Client {
     }
 
     /// Resolves once the breakers of the call admitted by `decision` refuse
-    /// calls (read again after each change the view takes in); never
-    /// without a receiver, or once the view is gone.
+    /// calls (read at once, then again after each change the view takes
+    /// in); never without a receiver, or once the view is gone.
     async fn opened(
         &self,
         decision: &Decision,
@@ -687,7 +687,7 @@ impl Client {
         let Some(mut changes) = watching else {
             return std::future::pending().await;
         };
-        while changes.changed().await.is_ok() {
+        loop {
             let decision = self.admit_with(decision.resolution.0.clone());
             if let Admission::Reject {
                 scope,
@@ -702,8 +702,10 @@ impl Client {
                     retry_after_ms,
                 };
             }
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
         }
-        std::future::pending().await
     }
 
     /// The error for an attempt that a deadline or a cancellation stopped.

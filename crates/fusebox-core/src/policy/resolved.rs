@@ -243,8 +243,9 @@ pub struct ToolPolicy {
     /// A call still unanswered this long after it started counts against
     /// its breakers at once, as a timeout, and not again when it ends; it
     /// keeps running to its own end or deadline (or, under
-    /// `in_flight_on_open = "end"`, until its breaker opens). `None`: a call
-    /// counts when it ends. See [`ToolPolicy::stalled_after_ms`]'s use in the SDK.
+    /// `in_flight_on_open = "end"`, until its breaker opens). A half-open
+    /// probe that stalls has failed its probe then. `None`: a call counts
+    /// when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_after_ms: Option<u64>,
     /// Answer patterns that overrule an answer's form.
