@@ -12,6 +12,11 @@
 //!   replica, which trips the tool's breaker under the policy in force (the
 //!   default trips at four failures in a row).
 //!
+//! After its rounds the run closes its streams and resets every breaker it
+//! changed. Left alone, each would change again when its open period ended
+//! or its forced one lapsed, and that change would reach every stream of a
+//! later run, queued in front of the changes it times.
+//!
 //! The run prints the request's latency, the delivery to each stream and
 //! the delivery to the last stream of each round (p50, p99, max), and, when
 //! `--metrics` names the nodes' metrics listeners, the server CPU time per
@@ -258,8 +263,43 @@ pub(crate) async fn run(client: &ClientArgs, bench: PropagationBench) -> anyhow:
     }
     let after = scrape_all(&bench.metrics).await?;
     streams.abort_all();
+    reset_all(&driver, &bench, &run, json).await;
     report(json, &bench, tally, before.zip(after));
     Ok(())
+}
+
+/// Resets every breaker the rounds changed: each round's tool's and, as
+/// failed outcomes count on it too, the server's. A reset that fails is
+/// said and skipped; the run's figures stand either way.
+async fn reset_all(session: &Session, bench: &PropagationBench, run: &str, json: bool) {
+    let tools = (0..bench.rounds).map(|r| Some(format!("prop-{run}-{r}")));
+    let server = (bench.change == Change::Trip).then_some(None);
+    let mut breakers = session.breakers();
+    let mut failed = 0u32;
+    for tool in tools.chain(server) {
+        let mut request = tonic::Request::new(pb::ResetBreakerRequest {
+            namespace: bench.namespace.clone(),
+            meta: session.meta(),
+            key: Some(pb::BreakerKey {
+                namespace: bench.namespace.clone(),
+                server: SERVER.into(),
+                tool,
+                backend: None,
+            }),
+            actor: "bench".into(),
+            reason: "fusebox bench propagation: cleaning up".into(),
+            expected_generation: None,
+        });
+        request.set_timeout(CALL_TIMEOUT);
+        if breakers.reset(request).await.is_err() {
+            failed += 1;
+        }
+    }
+    if failed > 0 && !json {
+        eprintln!(
+            "  {failed} of the run's breakers were not reset; they may change during a later run"
+        );
+    }
 }
 
 /// One watch stream: stamps the changes it is waiting for until aborted.
