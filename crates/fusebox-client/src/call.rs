@@ -572,8 +572,8 @@ impl Client {
     /// timeout, and `pass` notes it, so its end is not counted again. A
     /// probe that stalls gives its permit back then, failed: its breaker
     /// reopens for the whole fleet at once instead of holding the permit to
-    /// the call's deadline, and a read under `in_flight_on_open = "end"`
-    /// ends at that reopening.
+    /// the call's deadline, and a read under a cluster permit and
+    /// `in_flight_on_open = "end"` ends at that reopening.
     pub(crate) async fn attempt<T, F, Fut>(
         &self,
         journey: &Journey,

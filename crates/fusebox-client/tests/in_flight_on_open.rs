@@ -8,10 +8,10 @@
 mod support;
 
 use fusebox_client::{BreakerState, ClientError, Journey, ToolRef};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{connected, hangs, policy_seen, wait_for, TestCluster};
+use support::{connected, flag_set, hangs, policy_seen, TestCluster};
 
 const POLICY: &str = r#"
 [defaults]
@@ -72,13 +72,10 @@ async fn a_read_in_flight_ends_when_its_breaker_opens_only_if_its_policy_says_en
         took < Duration::from_secs(10),
         "the read under \"end\" ran {took:?}, toward its 20 s deadline"
     );
-    wait_for(
+    flag_set(
         "the ended call's transport cancelled",
+        &lookup_cancelled,
         Duration::from_secs(5),
-        || {
-            let seen = lookup_cancelled.load(Ordering::SeqCst);
-            async move { seen.then_some(()) }
-        },
     )
     .await;
 

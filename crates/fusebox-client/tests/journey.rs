@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{connected, hangs, wait_for, TestCluster};
+use support::{connected, flag_set, hangs, wait_for, TestCluster};
 
 const POLICY: &str = r#"
 [defaults]
@@ -76,10 +76,11 @@ async fn a_turn_never_outlives_its_budget_and_the_timeout_names_the_layer() {
     );
     assert!(spent <= budget, "spent {spent:?} of a {budget:?} budget");
     assert!(journey.remaining() >= Duration::ZERO);
-    wait_for("the call's token to fire", Duration::from_secs(2), || {
-        let fired = cancelled.load(Ordering::SeqCst);
-        async move { fired.then_some(()) }
-    })
+    flag_set(
+        "the call's token to fire",
+        &cancelled,
+        Duration::from_secs(2),
+    )
     .await;
 
     tracing::info!("the next call finds no budget left and is refused before it starts");
@@ -109,10 +110,11 @@ async fn a_turn_never_outlives_its_budget_and_the_timeout_names_the_layer() {
         }
         other => panic!("expected a tool timeout, got {other}"),
     }
-    wait_for("the call's token to fire", Duration::from_secs(2), || {
-        let fired = cancelled.load(Ordering::SeqCst);
-        async move { fired.then_some(()) }
-    })
+    flag_set(
+        "the call's token to fire",
+        &cancelled,
+        Duration::from_secs(2),
+    )
     .await;
     assert_eq!(client.metrics().timeouts, 2);
     client.close().await;

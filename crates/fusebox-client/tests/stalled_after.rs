@@ -14,7 +14,7 @@ use fusebox_proto::v1 as pb;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{connected, hangs, policy_seen, wait_for, TestCluster};
+use support::{connected, flag_set, hangs, policy_seen, wait_for, TestCluster};
 
 const POLICY: &str = r#"
 [defaults]
@@ -191,13 +191,10 @@ async fn a_stalled_probe_reopens_its_breaker_and_ends_there_under_end() {
         "a stalled probe ran {took:?}, toward its 20 s deadline"
     );
     assert_eq!(client.metrics().probes_granted, 1);
-    wait_for(
+    flag_set(
         "the probe's transport cancelled",
+        &cancelled,
         Duration::from_secs(5),
-        || {
-            let seen = cancelled.load(Ordering::SeqCst);
-            async move { seen.then_some(()) }
-        },
     )
     .await;
     cluster.shutdown().await;
@@ -227,10 +224,11 @@ async fn a_stalled_probe_that_finishes_frees_its_permit_for_the_next_probe() {
                 .await
         })
     };
-    wait_for("the first probe to start", Duration::from_secs(10), || {
-        let started = probing.load(Ordering::SeqCst);
-        async move { started.then_some(()) }
-    })
+    flag_set(
+        "the first probe to start",
+        &probing,
+        Duration::from_secs(10),
+    )
     .await;
     // Its permit went back failed at 300 ms, so once the breaker's next
     // open period is over the second replica gets the one probe permit,

@@ -274,6 +274,15 @@ where
     }
 }
 
+/// Waits until `flag` is set, failing the test after `within`.
+pub async fn flag_set(what: &str, flag: &AtomicBool, within: Duration) {
+    wait_for(what, within, || {
+        let set = flag.load(Ordering::SeqCst);
+        async move { set.then_some(()) }
+    })
+    .await;
+}
+
 /// Waits until `client`'s view holds policy `version`.
 pub async fn policy_seen(client: &Client, version: u64) {
     wait_for("policy on the replica", Duration::from_secs(10), || {
