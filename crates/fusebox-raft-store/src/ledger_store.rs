@@ -201,6 +201,11 @@ struct Inner {
     counts: BTreeMap<Namespace, u64>,
     /// The last log index whose ledger changes are on disk.
     applied: Option<u64>,
+    /// No deadline before this (millis) is indexed: where [`LedgerStore::due`]
+    /// starts its scan. Deadlines are removed as records complete, and each
+    /// removal leaves a tombstone in RocksDB until compaction; a scan from
+    /// the index's start would step over every one of them, every tick.
+    deadline_floor: u64,
     pending: Pending,
     fault: Option<String>,
 }
@@ -231,6 +236,7 @@ impl RocksLedger {
                 db,
                 counts,
                 applied,
+                deadline_floor: 0,
                 pending: Pending::default(),
                 fault: None,
             })),
@@ -273,6 +279,16 @@ impl Inner {
         }
     }
 
+    /// Keeps [`Inner::deadline_floor`] at or below `index_key`'s deadline,
+    /// if it is one.
+    fn lower_deadline_floor(&mut self, index_key: &[u8]) {
+        if let Some((&TAG_DEADLINE, rest)) = index_key.split_first() {
+            if let Some(at) = rest.first_chunk::<8>() {
+                self.deadline_floor = self.deadline_floor.min(u64::from_be_bytes(*at));
+            }
+        }
+    }
+
     fn latched<T>(&mut self, doing: &str, e: impl std::fmt::Display) -> Option<T> {
         self.latch(doing, e);
         None
@@ -288,6 +304,9 @@ impl Inner {
         upper: Option<Vec<u8>>,
         budget: usize,
     ) -> Vec<Vec<u8>> {
+        if budget == 0 {
+            return Vec::new();
+        }
         let db = self.db.clone();
         let handle = match cf(&db, family) {
             Ok(f) => f,
@@ -335,19 +354,26 @@ impl LedgerStore for RocksLedger {
 
     fn put(&mut self, ns: &Namespace, old: Option<&Record>, record: Record) {
         let mut inner = self.lock();
-        let pending = &mut inner.pending;
-        match old {
-            Some(old) => {
-                for k in index_keys(ns, old) {
-                    pending.index.insert(k, false);
-                }
+        let new_keys = index_keys(ns, &record);
+        let old_keys = match old {
+            Some(old) => index_keys(ns, old),
+            None => {
+                *inner.pending.counts.entry(ns.clone()).or_default() += 1;
+                Vec::new()
             }
-            None => *pending.counts.entry(ns.clone()).or_default() += 1,
+        };
+        // A key in both lists stays as it is (on disk, or pending from an
+        // earlier call in this entry): rewriting it would cost a write and
+        // change nothing.
+        for k in old_keys.iter().filter(|k| !new_keys.contains(k)) {
+            inner.pending.index.insert(k.clone(), false);
         }
-        for k in index_keys(ns, &record) {
-            pending.index.insert(k, true);
+        for k in new_keys.into_iter().filter(|k| !old_keys.contains(k)) {
+            inner.lower_deadline_floor(&k);
+            inner.pending.index.insert(k, true);
         }
-        pending
+        inner
+            .pending
             .records
             .insert(record_key(ns, &record.key), Some(record));
     }
@@ -366,19 +392,25 @@ impl LedgerStore for RocksLedger {
         let mut inner = self.lock();
         debug_assert!(inner.pending.index.is_empty(), "due reads the disk only");
         let prefix = [TAG_DEADLINE];
-        // Deadlines sort by time: stop at the first one after `now`.
+        // From the floor (nothing is indexed before it), to the first
+        // deadline after `now`: deadlines sort by time.
+        let mut start = vec![TAG_DEADLINE];
+        start.extend_from_slice(&inner.deadline_floor.to_be_bytes());
         let mut upper = vec![TAG_DEADLINE];
         upper.extend_from_slice(&now.as_millis().saturating_add(1).to_be_bytes());
-        let raw = inner.scan_keys(CF_LEDGER_INDEX, &prefix, &prefix, Some(upper), max);
+        let raw = inner.scan_keys(CF_LEDGER_INDEX, &prefix, &start, Some(upper), max);
         let mut out = Vec::new();
+        let mut first_due = None;
         for rest in raw {
             let Some((at, tail)) = rest.split_first_chunk::<8>() else {
                 inner.latch("decode deadline", "short key");
                 break;
             };
-            if u64::from_be_bytes(*at) > now.as_millis() {
+            let at = u64::from_be_bytes(*at);
+            if at > now.as_millis() {
                 break;
             }
+            first_due.get_or_insert(at);
             let parsed = read_key(tail).and_then(|(ns, tail)| Some((ns, read_key(tail)?.0)));
             match parsed.and_then(|(ns, k)| Some((Namespace::new(ns).ok()?, k))) {
                 Some(pair) => out.push(pair),
@@ -390,6 +422,13 @@ impl LedgerStore for RocksLedger {
             if out.len() >= max {
                 break;
             }
+        }
+        // Nothing before the floor, and nothing else up to the first
+        // deadline found (or up to `now`, if none was): the next scan may
+        // start there. A deadline written later lowers the floor again.
+        if inner.fault.is_none() {
+            let floor = first_due.unwrap_or_else(|| now.as_millis().saturating_add(1));
+            inner.deadline_floor = inner.deadline_floor.max(floor);
         }
         out
     }
@@ -528,6 +567,8 @@ impl LedgerControl {
         commit: impl FnOnce(&SnapshotReader<R>, &mut WriteBatch) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut inner = self.ledger.lock();
+        // The snapshot's deadlines may lie anywhere.
+        inner.deadline_floor = 0;
         let db = inner.db.clone();
         let (records, indexes, meta) = (
             cf(&db, CF_LEDGER)?,
@@ -673,6 +714,68 @@ mod tests {
                 assert_eq!(read_key(&ex).map(|(s, _)| s).as_deref(), Some(x));
             }
         }
+    }
+
+    /// Applies `f` to the ledger as one entry, `index`.
+    fn entry(control: &LedgerControl, index: u64, f: impl FnOnce(&mut RocksLedger)) {
+        control.begin_entry(index);
+        f(&mut control.ledger.clone());
+        control.commit(None).unwrap();
+    }
+
+    fn begin(ledger: &mut RocksLedger, key: &str, now: u64, lease_ms: u64) {
+        let request = fusebox_core::ledger::BeginRequest {
+            key: key.into(),
+            fingerprint: "fp".into(),
+            intent_id: "intent".into(),
+            tool: fusebox_core::ToolName::new("charge").unwrap(),
+            target: "acct".into(),
+            effect: fusebox_core::policy::EffectClass::NonIdempotentWrite,
+            attempt: "a".into(),
+            lease_ms,
+        };
+        let ns = Namespace::new("fleet").unwrap();
+        ledger
+            .begin(&ns, &request, Timestamp::from_millis(now))
+            .unwrap();
+    }
+
+    fn due_keys(control: &LedgerControl, index: u64, now: u64, max: usize) -> Vec<String> {
+        control.begin_entry(index);
+        let due = control.ledger.due(Timestamp::from_millis(now), max);
+        control.commit(None).unwrap();
+        due.into_iter().map(|(_, k)| k).collect()
+    }
+
+    #[test]
+    fn the_deadline_scan_skips_only_what_cannot_be_due() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
+        let (_, control) = RocksLedger::open(db).unwrap();
+        // Leases lapse at 2_000, 2_010, ..., 2_090.
+        entry(&control, 1, |l| {
+            for i in 0..10 {
+                begin(l, &format!("k{i}"), 1_000, 1_000 + i * 10);
+            }
+        });
+        assert!(due_keys(&control, 2, 1_500, 100).is_empty());
+        // A capped scan leaves the rest (and what it found, untouched) due.
+        assert_eq!(due_keys(&control, 3, 5_000, 3), ["k0", "k1", "k2"]);
+        assert_eq!(due_keys(&control, 4, 5_000, 3), ["k0", "k1", "k2"]);
+        assert_eq!(due_keys(&control, 5, 5_000, 100).len(), 10);
+        // All gone: the next scan starts after 5_000...
+        let ns = Namespace::new("fleet").unwrap();
+        entry(&control, 6, |l| {
+            for i in 0..10 {
+                let old = l.get(&ns, &format!("k{i}")).unwrap();
+                l.remove(&ns, &old);
+            }
+        });
+        assert!(due_keys(&control, 7, 5_000, 100).is_empty());
+        // ...until a deadline before it is written.
+        entry(&control, 8, |l| begin(l, "late", 1_000, 500));
+        assert_eq!(due_keys(&control, 9, 5_000, 100), ["late"]);
+        assert_eq!(control.ledger.lock().deadline_floor, 1_500);
     }
 
     #[test]
