@@ -139,7 +139,11 @@ pub(crate) async fn run(client: &ClientArgs, bench: OutcomesBench) -> anyhow::Re
     Ok(())
 }
 
-/// One batch's outcomes: successes spread over the tools in turn.
+/// One batch's outcomes: successes spread over the tools in turn, each
+/// with the breaker generations it was called under, as the SDK's reporter
+/// sends them (0: a breaker that never changed; successes change none).
+/// An outcome without them makes the server look them up first, which the
+/// SDK never asks for.
 fn batch(bench: &OutcomesBench) -> Vec<pb::Outcome> {
     (0..bench.batch)
         .map(|i| pb::Outcome {
@@ -147,6 +151,8 @@ fn batch(bench: &OutcomesBench) -> Vec<pb::Outcome> {
             tool: format!("tool-{}", i % bench.tools),
             class: pb::OutcomeClass::Success as i32,
             duration_ms: 20,
+            generation_seen: Some(0),
+            server_generation_seen: Some(0),
             ..pb::Outcome::default()
         })
         .collect()

@@ -1921,6 +1921,7 @@ fn checker_catches_a_replay_behind_the_ledger_that_changed_another_fleet() {
     let applied = vec![Applied {
         answer: Answer::Rejected(fusebox_core::CoreError::invalid("key", "made up")),
         events: Vec::new(),
+        revision: 0,
     }];
     // The begin creates its namespace when replayed; a first run that never
     // did is caught.
@@ -1965,6 +1966,7 @@ fn checker_catches_a_refusal_that_changed_state_and_a_diverging_replay() {
     let applied = vec![Applied {
         answer: Answer::Ticked { timers: 7 },
         events: Vec::new(),
+        revision: 0,
     }];
     let err = check_replay(&trace, &applied, &digest(&StateMachine::new()).unwrap());
     assert!(err.unwrap_err().contains("step 0"));

@@ -91,4 +91,7 @@ pub struct Applied {
     pub answer: Answer,
     /// The changes for watchers, in revision order.
     pub events: Vec<WatchEvent>,
+    /// The state's revision once the command was applied (its last event's,
+    /// or the one before it if it changed nothing watched).
+    pub revision: u64,
 }

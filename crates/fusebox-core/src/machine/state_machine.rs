@@ -172,7 +172,11 @@ impl<L: LedgerStore> StateMachine<L> {
             Ok(answer) => answer,
             Err(e) => Answer::Rejected(e),
         };
-        Applied { answer, events }
+        Applied {
+            answer,
+            events,
+            revision: self.fleet.revision,
+        }
     }
 
     /// Applies an entry whose ledger changes are already stored: a restart

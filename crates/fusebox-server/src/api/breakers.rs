@@ -151,7 +151,7 @@ impl<B: Backend> Breakers for BreakersService<B> {
         if summary.dropped_limit > 0 {
             tracing::warn!(namespace = %request.get_ref().namespace, dropped = summary.dropped_limit, "outcomes dropped: the namespace holds its maximum of breakers");
         }
-        let revision = self.gateway.revision_after(&applied).await?;
+        let revision = applied.revision;
         Ok(Response::new(report_to_proto(
             summary,
             sent,

@@ -152,14 +152,6 @@ impl<B: Backend> Gateway<B> {
             .map_err(|e| status::from_backend(&e))
     }
 
-    /// The revision a write produced: its last event's, or the state's.
-    pub async fn revision_after(&self, applied: &Applied) -> Result<u64, Status> {
-        match applied.events.last() {
-            Some(event) => Ok(event.revision()),
-            None => self.read_local(SharedStateMachine::revision).await,
-        }
-    }
-
     /// Sends `request` to the leader with `call`, once.
     pub async fn forward<Req, Resp, F, Fut>(
         &self,

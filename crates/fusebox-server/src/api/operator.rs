@@ -39,7 +39,7 @@ pub async fn run<B: Backend>(
     let Answer::Breaker(view) = &applied.answer else {
         return Err(unexpected(&applied.answer));
     };
-    let revision = gateway.revision_after(&applied).await?;
+    let revision = applied.revision;
     let view = (**view).clone();
     let breaker = gateway.read_local(move |s| view_to_proto(s, &view)).await?;
     Ok(Served::Here(pb::BreakerChangeResponse {

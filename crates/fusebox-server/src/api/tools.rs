@@ -158,7 +158,7 @@ impl<B: Backend> Tools for ToolsService<B> {
         };
         Ok(Response::new(pb::ImportToolsResponse {
             tools: results.iter().map(imported_to_proto).collect(),
-            revision: self.gateway.revision_after(&applied).await?,
+            revision: applied.revision,
         }))
     }
 

@@ -257,21 +257,28 @@ where
     let answers = match propose(B::command(calls)).await {
         Ok(Applied {
             answer: Answer::Rejected(e),
+            revision,
             ..
         }) => vec![
             Ok(Applied {
                 answer: Answer::Rejected(e),
                 events: Vec::new(),
+                revision,
             });
             expected
         ],
-        Ok(Applied { answer, events }) => match B::split(answer, expected) {
+        Ok(Applied {
+            answer,
+            events,
+            revision,
+        }) => match B::split(answer, expected) {
             Ok(answers) => answers
                 .into_iter()
                 .map(|answer| {
                     Ok(Applied {
                         answer,
                         events: events.clone(),
+                        revision,
                     })
                 })
                 .collect(),
