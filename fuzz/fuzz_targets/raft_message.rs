@@ -42,7 +42,11 @@ fuzz_target!(|data: &[u8]| {
             let mut state = fresh_state();
             for entry in rpc.entries {
                 if let EntryPayload::Normal(request) = entry.payload {
-                    apply(&mut state, request.command, request.at_ms);
+                    apply(
+                        &mut state,
+                        std::sync::Arc::unwrap_or_clone(request.command),
+                        request.at_ms,
+                    );
                 }
             }
             check_snapshot(&state);

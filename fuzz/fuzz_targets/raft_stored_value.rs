@@ -27,7 +27,11 @@ fuzz_target!(|data: &[u8]| {
             };
             if let EntryPayload::Normal(request) = entry.payload {
                 let mut state = fresh_state();
-                apply(&mut state, request.command, request.at_ms);
+                apply(
+                    &mut state,
+                    std::sync::Arc::unwrap_or_clone(request.command),
+                    request.at_ms,
+                );
                 check_snapshot(&state);
             }
         }

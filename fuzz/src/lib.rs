@@ -21,7 +21,7 @@ pub fn fresh_state() -> SharedStateMachine {
 /// log's encoding (it must come back equal), then the state machine, which
 /// must answer rather than panic whatever the command holds.
 pub fn apply(state: &mut SharedStateMachine, command: Command, at_ms: u64) {
-    let request = Request { at_ms, command };
+    let request = Request::new(at_ms, command);
     let bytes = codec::encode("entry", &request).expect("every command encodes");
     let decoded: Request = codec::decode("entry", &bytes).expect("an encoded command decodes");
     assert_eq!(

@@ -147,23 +147,17 @@ mod tests {
             Entry::new_membership(log_id(1, 2), membership()),
             Entry::new_normal(
                 log_id(2, 3),
-                Request {
-                    at_ms: 1_700_000_000_000,
-                    command: Command::ApplyPolicy {
+                Request::new(
+                    1_700_000_000_000,
+                    Command::ApplyPolicy {
                         namespace: Namespace::new("fleet-a").unwrap(),
                         document: Box::new(policy_document()),
                         actor: "ops".into(),
                         reason: "raise timeouts".into(),
                     },
-                },
+                ),
             ),
-            Entry::new_normal(
-                log_id(2, 4),
-                Request {
-                    at_ms: 7,
-                    command: Command::Tick,
-                },
-            ),
+            Entry::new_normal(log_id(2, 4), Request::new(7, Command::Tick)),
         ];
         for entry in &entries {
             assert_eq!(&round_trip(entry), entry);

@@ -80,6 +80,7 @@ with_rocksdb! {
     mod limits;
     mod live;
     mod log_store;
+    mod log_tail;
     mod rocks;
     mod snapshot_builder;
     mod snapshot_slot;

@@ -26,3 +26,12 @@ pub(crate) const FLEET_CHECKPOINT_ENTRIES: u64 = 8_192;
 /// at least one entry per this many bytes of the last checkpoint, so saving
 /// the fleet costs at most this many bytes written per applied entry.
 pub(crate) const FLEET_CHECKPOINT_BYTES_PER_ENTRY: u64 = 128;
+
+/// Entries the log keeps in memory as appended, at most ([`crate::log_tail`]):
+/// enough for every read back of the entries appended within the last
+/// second or so under load (replication, applying).
+pub(crate) const LOG_TAIL_ENTRIES_MAX: usize = 4_096;
+
+/// Encoded bytes of the entries the log keeps in memory, at most (in
+/// memory they take a few times this).
+pub(crate) const LOG_TAIL_BYTES_MAX: usize = 8 * 1024 * 1024;

@@ -29,9 +29,14 @@
 //! All writes share one WAL, so they reach disk in the order they were made,
 //! and every RocksDB call runs on tokio's blocking pool (inline on a thread
 //! marked by [`crate::run_inline`]).
+//!
+//! The latest entries are also kept in memory as appended
+//! ([`crate::log_tail`]): reads of them, which replication and applying make
+//! right after each append, are served from there without decoding.
 
 use crate::codec::{corrupt, decode, encode, index_key, key_index};
 use crate::flusher::{enqueue, Flusher};
+use crate::log_tail::{kept_as_appended, LogTail};
 use crate::rocks::{self, blocking, cf, db_error, CF_LOGS, CF_META};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 use openraft::entry::RaftEntry;
@@ -58,18 +63,26 @@ pub struct LogStore {
 #[derive(Clone)]
 pub struct LogReader {
     db: Arc<DB>,
+    tail: Arc<LogTail>,
 }
 
 impl LogStore {
     pub(crate) fn new(db: Arc<DB>, flusher: Flusher) -> LogStore {
         LogStore {
-            reader: LogReader { db },
+            reader: LogReader {
+                db,
+                tail: Arc::default(),
+            },
             flusher,
         }
     }
 
     fn db(&self) -> Arc<DB> {
         self.reader.db.clone()
+    }
+
+    fn tail(&self) -> Arc<LogTail> {
+        self.reader.tail.clone()
     }
 }
 
@@ -162,6 +175,9 @@ impl RaftLogReader<TypeConfig> for LogReader {
         let Some((start, end)) = index_range(&range) else {
             return Ok(Vec::new());
         };
+        if let Some(entries) = end.and_then(|end| self.tail.get(start, end)) {
+            return Ok(entries);
+        }
         let db = self.db.clone();
         blocking(move || read_entries(&db, start, end)).await
     }
@@ -233,14 +249,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
-        let db = self.db();
+        let (db, tail) = (self.db(), self.tail());
         let sink = self.flusher.sink()?;
         blocking(move || {
-            let written = write_entries(&db, &entries);
-            if let Err(e) = &written {
-                callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
-                return written;
+            // Indexes this append rewrites leave the tail before the
+            // database changes (openraft truncates first; this is in case).
+            if let Some(first) = entries.first() {
+                tail.change().truncate_from(first.index());
             }
+            let written = write_entries(&db, &entries)
+                .and_then(|values| Ok((as_read_back(entries, &values)?, values)));
+            let (kept, values) = match written {
+                Ok(written) => written,
+                Err(e) => {
+                    callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
+                    return Err(e);
+                }
+            };
+            let sizes: Vec<usize> = values.iter().map(Vec::len).collect();
+            tail.change().appended(&kept, &sizes);
             enqueue(&sink, callback)
         })
         .await
@@ -254,6 +281,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 None => return Ok(()),
             },
         };
+        // Out of the tail before the database: it never holds more.
+        self.reader.tail.change().truncate_from(start);
         let db = self.db();
         blocking(move || {
             let logs = cf(&db, CF_LOGS)?;
@@ -273,6 +302,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         let bytes = encode(KEY_LAST_PURGED, &log_id)?;
         let index = log_id.index();
+        self.reader.tail.change().purge_upto(index);
         let db = self.db();
         blocking(move || {
             let logs = cf(&db, CF_LOGS)?;
@@ -294,16 +324,36 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 /// Writes `entries` as one batch, not synced: readable at once, durable at
-/// the flusher's next WAL sync.
-fn write_entries(db: &DB, entries: &[Entry]) -> io::Result<()> {
+/// the flusher's next WAL sync. Answers each entry's encoded bytes.
+fn write_entries(db: &DB, entries: &[Entry]) -> io::Result<Vec<Vec<u8>>> {
     let logs = cf(db, CF_LOGS)?;
     let mut batch = WriteBatch::default();
+    let mut values = Vec::with_capacity(entries.len());
     for entry in entries {
         let index = entry.index();
         let value = encode(&format!("log entry {index}"), entry)?;
-        batch.put_cf(logs, index_key(index), value);
+        batch.put_cf(logs, index_key(index), &value);
+        values.push(value);
     }
-    db.write(batch).map_err(|e| db_error("append log", e))
+    db.write(batch).map_err(|e| db_error("append log", e))?;
+    Ok(values)
+}
+
+/// The entries as a read from the database gives them back (`values`:
+/// what was written): each kept as appended where that is the same value
+/// ([`kept_as_appended`]), decoded otherwise.
+fn as_read_back(entries: Vec<Entry>, values: &[Vec<u8>]) -> io::Result<Vec<Entry>> {
+    entries
+        .into_iter()
+        .zip(values)
+        .map(|(entry, value)| {
+            if kept_as_appended(&entry) {
+                Ok(entry)
+            } else {
+                decode_entry(entry.index(), value)
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -5,21 +5,35 @@ use fusebox_core::machine::{Applied, Command};
 use fusebox_core::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// One log entry's payload: a command stamped with the leader's clock.
 ///
 /// The leader stamps the time when it proposes; the state machine uses the
 /// stamp as "now" and never reads a clock, so every replica applies the
 /// entry identically.
+///
+/// The command is shared, not copied, between the entry's holders (the
+/// log's tail in memory, each replication stream, the state machine): a
+/// batch of reports holds thousands of names. It is encoded as the command
+/// itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     /// The leader's wall clock when it proposed the entry, in Unix ms.
     pub at_ms: u64,
     /// The command to apply.
-    pub command: Command,
+    pub command: Arc<Command>,
 }
 
 impl Request {
+    /// `command`, stamped `at_ms`.
+    pub fn new(at_ms: u64, command: Command) -> Self {
+        Request {
+            at_ms,
+            command: Arc::new(command),
+        }
+    }
+
     /// The entry's time as the core sees it.
     pub fn at(&self) -> Timestamp {
         Timestamp::from_millis(self.at_ms)
@@ -28,7 +42,7 @@ impl Request {
 
 impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match &self.command {
+        let kind = match &*self.command {
             Command::ReportBatch { reports } => {
                 let outcomes: usize = reports.iter().map(|r| r.outcomes.len()).sum();
                 return write!(

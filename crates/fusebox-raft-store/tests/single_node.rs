@@ -112,10 +112,7 @@ async fn writes_answer_and_a_restart_resumes_from_snapshot_and_log() {
         .unwrap();
 
     tracing::info!("--- write, snapshot, write again");
-    let write = |blocked| fusebox_raft_store::Request {
-        at_ms: 1_700_000_000_000,
-        command: kill_switch(blocked),
-    };
+    let write = |blocked| fusebox_raft_store::Request::new(1_700_000_000_000, kill_switch(blocked));
     let answered = raft.client_write(write(true)).await.unwrap();
     let applied = answered.data.applied.unwrap();
     assert_eq!(applied.events.len(), 1);

@@ -374,7 +374,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let index = entries.len() as u64 + 1;
         entries.push(Entry::new_normal(
             log_id(2, index),
-            Request { at_ms, command },
+            Request::new(at_ms, command),
         ));
     }
     for (i, entry) in entries.iter().enumerate() {

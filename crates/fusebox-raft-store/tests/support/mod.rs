@@ -46,10 +46,7 @@ pub fn begin(key: &str) -> Command {
 pub fn normal(term: u64, index: u64, command: Command) -> Entry {
     Entry::new_normal(
         log_id(term, index),
-        Request {
-            at_ms: 1_700_000_000_000 + index,
-            command,
-        },
+        Request::new(1_700_000_000_000 + index, command),
     )
 }
 

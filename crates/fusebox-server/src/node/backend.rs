@@ -77,10 +77,7 @@ pub(crate) async fn propose(
         Command::ReportBatch { reports } => Some(reports.iter().map(|r| r.outcomes.len()).sum()),
         _ => None,
     };
-    let request = Request {
-        at_ms: clock(),
-        command,
-    };
+    let request = Request::new(clock(), command);
     check_entry_bytes(&request)?;
     let within = Duration::from_millis(WRITE_TIMEOUT_MS);
     let written = tokio::time::timeout(within, raft.client_write(request))
@@ -297,7 +294,7 @@ mod tests {
             tools,
             actor: "ops".into(),
         };
-        Request { at_ms: 1, command }
+        Request::new(1, command)
     }
 
     #[test]

@@ -412,7 +412,7 @@ mod tests {
             actor: "ops".into(),
         };
         let log_id = openraft::testing::log_id::<TypeConfig>(1, 1, index);
-        Entry::new_normal(log_id, Request { at_ms: 1, command })
+        Entry::new_normal(log_id, Request::new(1, command))
     }
 
     fn request(entries: Vec<Entry>) -> AppendEntriesRequest<TypeConfig> {
