@@ -14,6 +14,7 @@ use crate::name::ReplicaId;
 use crate::outcome::{OutcomeClass, Verdict};
 use crate::policy::BreakerPolicy;
 use crate::time::Timestamp;
+use std::collections::BTreeSet;
 
 impl<L: LedgerStore> StateMachine<L> {
     pub(super) fn acquire_probe(
@@ -108,6 +109,12 @@ impl<L: LedgerStore> StateMachine<L> {
 
     /// Runs `f` on a breaker (created if new, within limits), keeping the
     /// deadline index exact and emitting an event if the generation grew.
+    ///
+    /// A breaker that exists is found with one lookup and changed in place:
+    /// an outcome report records on two breakers per outcome, and each
+    /// lookup compares names. Its namespace exists too (deleting a
+    /// namespace removes its breakers; `Fleet::check_invariants` holds a
+    /// restored state to it), so only a new breaker touches the namespace.
     pub(super) fn with_breaker<T>(
         &mut self,
         key: &BreakerKey,
@@ -115,36 +122,23 @@ impl<L: LedgerStore> StateMachine<L> {
         f: impl FnOnce(&mut Breaker) -> T,
     ) -> Result<T, CoreError> {
         debug_assert!(key.check().is_ok(), "validated on entry");
-        self.fleet.touch_namespace(&key.namespace)?;
-        if !self.fleet.breakers.contains_key(key) {
-            let fresh = self.new_breaker(key)?;
+        let (out, change) = if let Some(breaker) = self.fleet.breakers.get_mut(key) {
+            change(breaker, key, &mut self.fleet.breaker_deadlines, f)
+        } else {
+            self.fleet.touch_namespace(&key.namespace)?;
+            let mut fresh = self.new_breaker(key)?;
+            let changed = change(&mut fresh, key, &mut self.fleet.breaker_deadlines, f);
             self.fleet.breakers.insert(key.clone(), fresh);
-        }
-        // Changed in place: an outcome report records on two breakers per
-        // outcome, and taking each out and back in cost two key copies.
-        let fleet = &mut self.fleet;
-        let Some(breaker) = fleet.breakers.get_mut(key) else {
-            return Err(CoreError::invalid("breaker", "vanished while changed"));
+            changed
         };
-        let (deadline, generation) = (breaker.next_deadline(), breaker.generation());
-        let permits = breaker.live_permits();
-        let out = f(breaker);
-        let (next_deadline, next_generation) = (breaker.next_deadline(), breaker.generation());
-        let live = breaker.live_permits();
-        if next_deadline != deadline {
-            if let Some(at) = deadline {
-                fleet.breaker_deadlines.remove(&(at, key.clone()));
-            }
-            if let Some(at) = next_deadline {
-                fleet.breaker_deadlines.insert((at, key.clone()));
-            }
-        }
-        debug_assert!(next_generation >= generation, "generations only grow");
         debug_assert!(
-            live <= permits.max(self.breaker_policy(key).concurrent_probes.max(1) as usize),
+            change.live_permits
+                <= change
+                    .permits_before
+                    .max(self.breaker_policy(key).concurrent_probes.max(1) as usize),
             "a grant never takes permits past the policy's bound"
         );
-        if next_generation != generation {
+        if change.generation_grew {
             let revision = self.fleet.next_revision();
             events.push(WatchEvent::Breaker {
                 revision,
@@ -170,6 +164,42 @@ impl<L: LedgerStore> StateMachine<L> {
         *count += 1;
         Ok(Breaker::new())
     }
+}
+
+/// What running a change on a breaker did, as `with_breaker` checks and
+/// announces it.
+struct Change {
+    generation_grew: bool,
+    permits_before: usize,
+    live_permits: usize,
+}
+
+/// Runs `f` on `breaker`, moving its entry in the deadline index with it.
+fn change<T>(
+    breaker: &mut Breaker,
+    key: &BreakerKey,
+    deadlines: &mut BTreeSet<(Timestamp, BreakerKey)>,
+    f: impl FnOnce(&mut Breaker) -> T,
+) -> (T, Change) {
+    let (deadline, generation) = (breaker.next_deadline(), breaker.generation());
+    let permits_before = breaker.live_permits();
+    let out = f(breaker);
+    let (next_deadline, next_generation) = (breaker.next_deadline(), breaker.generation());
+    if next_deadline != deadline {
+        if let Some(at) = deadline {
+            deadlines.remove(&(at, key.clone()));
+        }
+        if let Some(at) = next_deadline {
+            deadlines.insert((at, key.clone()));
+        }
+    }
+    debug_assert!(next_generation >= generation, "generations only grow");
+    let change = Change {
+        generation_grew: next_generation != generation,
+        permits_before,
+        live_permits: breaker.live_permits(),
+    };
+    (out, change)
 }
 
 /// What a probe's outcome says about the breaker it probed: a server's

@@ -87,6 +87,13 @@ impl Fleet {
                 "breaker counts disagree with breakers".into(),
             ));
         }
+        // A breaker's namespace exists: `with_breaker` touches it only when
+        // it creates the breaker.
+        if counts.keys().any(|ns| !self.namespaces.contains_key(*ns)) {
+            return Err(CoreError::Snapshot(
+                "a breaker's namespace is missing".into(),
+            ));
+        }
         // The timers index is derived from the breakers; `tick` trusts it to
         // name only breakers that exist, at the times they are due.
         let due: BTreeSet<(Timestamp, &BreakerKey)> = self

@@ -16,7 +16,7 @@ use crate::policy::Scope;
 use crate::time::Timestamp;
 use crate::tools::ToolId;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 impl<L: LedgerStore> StateMachine<L> {
@@ -76,7 +76,7 @@ impl<L: LedgerStore> StateMachine<L> {
             slots.push(slot);
         }
         let mut summary = ReportSummary::default();
-        let mut timed: BTreeSet<usize> = BTreeSet::new();
+        let mut timed = vec![false; tools.len()];
         for (o, &slot) in outcomes.iter().zip(&slots) {
             let t = &tools[slot];
             let r = &t.resolution;
@@ -86,7 +86,7 @@ impl<L: LedgerStore> StateMachine<L> {
                     .tools
                     .observe(&r.id, now, o.duration_ms, window_ms)
             {
-                timed.insert(slot);
+                timed[slot] = true;
             }
             let server_obs = Observation {
                 replica: Cow::Borrowed(replica),
@@ -114,11 +114,17 @@ impl<L: LedgerStore> StateMachine<L> {
                 }
             }
         }
-        let timed: BTreeSet<ToolId> = timed
-            .into_iter()
-            .map(|slot| tools[slot].resolution.id.clone())
+        // In name order and each once (two backends of a tool share its id),
+        // as a set of the ids would hold them, without copying one.
+        let mut timed: Vec<&ToolId> = tools
+            .iter()
+            .zip(&timed)
+            .filter(|(_, &timed)| timed)
+            .map(|(t, _)| &t.resolution.id)
             .collect();
-        self.update_penalties(&timed, now, events);
+        timed.sort_unstable();
+        timed.dedup();
+        self.update_penalties(timed, now, events);
         Ok(Answer::Reported(summary))
     }
 

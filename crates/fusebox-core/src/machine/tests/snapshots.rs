@@ -155,3 +155,47 @@ fn timers_that_disagree_with_the_breakers_are_refused() {
         );
     }
 }
+
+/// A breaker finds its namespace without looking (`with_breaker` touches
+/// it only when it creates the breaker), so a snapshot holding a breaker
+/// of a namespace it does not hold is refused when read.
+#[test]
+fn a_breaker_without_its_namespace_is_refused() {
+    use crate::breaker::BreakerKey;
+    use crate::ServerName;
+
+    let mut sm = state();
+    let key = BreakerKey::server(
+        Namespace::new("a").unwrap(),
+        ServerName::new("payments").unwrap(),
+    );
+    let outcome = super::super::OutcomeReport {
+        server: key.server.clone(),
+        tool: ToolName::new("charge").unwrap(),
+        backend: None,
+        class: crate::OutcomeClass::Success,
+        duration_ms: 5,
+        server_generation: 0,
+        tool_generation: 0,
+    };
+    let report = Command::ReportOutcomes {
+        namespace: key.namespace.clone(),
+        replica: crate::ReplicaId::new("r1").unwrap(),
+        batch_seq: 1,
+        outcomes: vec![outcome],
+    };
+    sm.apply(&report, Timestamp(2_000));
+    assert!(sm.fleet().breakers.contains_key(&key));
+    let good = SnapshotWriter::new(sm.fleet()).unwrap().finish().unwrap();
+    assert!(StateMachine::restore(&good).is_ok());
+
+    let mut orphaned = sm.fleet().clone();
+    orphaned.namespaces.remove(&key.namespace);
+    let bytes = SnapshotWriter::new(&orphaned).unwrap().finish().unwrap();
+    let err = StateMachine::restore(&bytes).err().map(|e| e.to_string());
+    assert!(
+        err.as_deref()
+            .is_some_and(|e| e.contains("a breaker's namespace is missing")),
+        "{err:?}"
+    );
+}
