@@ -120,7 +120,27 @@ impl Connection {
         Fut:
             Future<Output = Result<tonic::Response<fusebox_proto::v1::RaftMessage>, tonic::Status>>,
     {
-        let message = codec::encode(&self.route, req).map_err(network)?;
+        let payload = codec::to_bytes(req).map_err(network)?;
+        self.call_payload(payload, ttl, send).await
+    }
+
+    /// [`Self::call`] with the message's payload already encoded.
+    async fn call_payload<Resp, F, Fut>(
+        &mut self,
+        payload: Vec<u8>,
+        ttl: Duration,
+        send: F,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Resp: serde::de::DeserializeOwned,
+        F: FnOnce(RaftClient<Channel>, tonic::Request<fusebox_proto::v1::RaftMessage>) -> Fut,
+        Fut:
+            Future<Output = Result<tonic::Response<fusebox_proto::v1::RaftMessage>, tonic::Status>>,
+    {
+        let message = fusebox_proto::v1::RaftMessage {
+            header: Some(self.route.header()),
+            payload,
+        };
         let client = self.client()?;
         let mut request = tonic::Request::new(message);
         request.set_timeout(ttl);
@@ -154,9 +174,9 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let (rpc, cut_after) = within_batch_bytes(rpc).map_err(network)?;
+        let (payload, cut_after) = append_payload(&rpc).map_err(network)?;
         let response = self
-            .call(&rpc, option.soft_ttl(), |mut c, m| async move {
+            .call_payload(payload, option.soft_ttl(), |mut c, m| async move {
                 c.append_entries(m).await
             })
             .await?;
@@ -283,33 +303,42 @@ impl Progress {
     }
 }
 
-/// Keeps the longest run of `rpc`'s entries that fits in
+/// `rpc` encoded as postcard encodes an [`AppendEntriesRequest`] (its
+/// fields in order, a sequence as its length then its items; the tests pin
+/// it), with the longest run of its entries that fits in
 /// [`REPLICATION_BATCH_BYTES_MAX`], never fewer than one (a proposal is
-/// bounded by [`crate::limits::ENTRY_BYTES_MAX`], well below it); when it cuts, also the
-/// log id of the last entry kept.
-fn within_batch_bytes(
-    mut rpc: AppendEntriesRequest<TypeConfig>,
-) -> Result<(AppendEntriesRequest<TypeConfig>, Option<LogId>), postcard::Error> {
-    let mut bytes = 0usize;
-    let mut keep = rpc.entries.len();
-    for (i, entry) in rpc.entries.iter().enumerate() {
-        bytes = bytes.saturating_add(codec::encoded_len(entry)?);
-        if i > 0 && bytes > REPLICATION_BATCH_BYTES_MAX {
-            keep = i;
+/// bounded by [`crate::limits::ENTRY_BYTES_MAX`], well below it); when it
+/// cuts, also the log id of the last entry kept. Each entry is encoded
+/// once: the bytes that measured it are the bytes sent.
+fn append_payload(
+    rpc: &AppendEntriesRequest<TypeConfig>,
+) -> Result<(Vec<u8>, Option<LogId>), postcard::Error> {
+    let mut entries = Vec::new();
+    let mut kept = 0usize;
+    for entry in &rpc.entries {
+        let start = entries.len();
+        entries = postcard::to_extend(entry, entries)?;
+        if kept > 0 && entries.len() > REPLICATION_BATCH_BYTES_MAX {
+            entries.truncate(start);
             break;
         }
+        kept += 1;
     }
-    if keep == rpc.entries.len() {
-        return Ok((rpc, None));
+    let mut payload = codec::to_bytes(&rpc.vote)?;
+    payload = postcard::to_extend(&rpc.prev_log_id, payload)?;
+    payload = postcard::to_extend(&kept, payload)?;
+    payload.extend_from_slice(&entries);
+    payload = postcard::to_extend(&rpc.leader_commit, payload)?;
+    if kept == rpc.entries.len() {
+        return Ok((payload, None));
     }
-    rpc.entries.truncate(keep);
-    let last = rpc.entries.last().map(|e| e.log_id);
     tracing::debug!(
-        entries = keep,
-        bytes,
+        entries = kept,
+        bytes = entries.len(),
         "replication batch cut to its byte bound"
     );
-    Ok((rpc, last))
+    let last = kept.checked_sub(1).and_then(|i| rpc.entries.get(i));
+    Ok((payload, last.map(|e| e.log_id)))
 }
 
 /// A snapshot as begin, data and end chunks. Data chunks are read from the
@@ -424,18 +453,19 @@ mod tests {
         }
     }
 
+    /// What the follower decodes from a payload.
+    fn sent(payload: &[u8]) -> AppendEntriesRequest<TypeConfig> {
+        codec::decode(payload).unwrap()
+    }
+
     #[test]
     fn a_batch_is_cut_at_its_byte_bound_and_says_where() {
         let offered = (1..=5).map(|i| entry(i, 6)).collect();
-        let (sent, cut_after) = within_batch_bytes(request(offered)).unwrap();
+        let (payload, cut_after) = append_payload(&request(offered)).unwrap();
+        let sent = sent(&payload);
         assert_eq!(sent.entries.len(), 2, "two entries of 6 MiB fit in 16 MiB");
         assert_eq!(cut_after.map(|id| id.index), Some(2));
-        let bytes: usize = sent
-            .entries
-            .iter()
-            .map(|e| codec::encoded_len(e).unwrap())
-            .sum();
-        assert!(bytes <= REPLICATION_BATCH_BYTES_MAX);
+        assert!(payload.len() <= REPLICATION_BATCH_BYTES_MAX + 64);
         // Control characters travel as themselves, not inflated.
         assert!(codec::encoded_len(&sent.entries[0]).unwrap() < 6 * 1024 * 1024 + 1024);
     }
@@ -443,11 +473,34 @@ mod tests {
     #[test]
     fn a_batch_within_its_bound_is_sent_whole_and_one_entry_always_goes() {
         let small = (1..=3).map(|i| entry(i, 1)).collect();
-        let (sent, cut_after) = within_batch_bytes(request(small)).unwrap();
-        assert_eq!((sent.entries.len(), cut_after), (3, None));
-        let (sent, cut_after) = within_batch_bytes(request(vec![entry(1, 17)])).unwrap();
-        assert_eq!((sent.entries.len(), cut_after), (1, None));
-        let empty = within_batch_bytes(request(Vec::new())).unwrap();
-        assert_eq!((empty.0.entries.len(), empty.1), (0, None));
+        let (payload, cut_after) = append_payload(&request(small)).unwrap();
+        assert_eq!((sent(&payload).entries.len(), cut_after), (3, None));
+        let (payload, cut_after) = append_payload(&request(vec![entry(1, 17)])).unwrap();
+        assert_eq!((sent(&payload).entries.len(), cut_after), (1, None));
+        let (payload, cut_after) = append_payload(&request(Vec::new())).unwrap();
+        assert_eq!((sent(&payload).entries.len(), cut_after), (0, None));
+    }
+
+    /// The payload is built by hand from its parts; it must be byte for
+    /// byte what encoding the whole request gives, whatever the fields hold
+    /// and however many entries (a count past 127 takes two bytes).
+    #[test]
+    fn a_payload_is_the_request_as_postcard_encodes_it() {
+        let small = |index| {
+            let command = Command::Tick;
+            let log_id = openraft::testing::log_id::<TypeConfig>(3, 2, index);
+            Entry::new_normal(log_id, Request::new(index, command))
+        };
+        for count in [0, 1, 2, 127, 128, 300] {
+            let mut rpc = request((1..=count).map(small).collect());
+            for (prev, commit) in [(None, None), (Some(0), Some(count / 2))] {
+                rpc.prev_log_id = prev.map(|i| openraft::testing::log_id::<TypeConfig>(3, 2, i));
+                rpc.leader_commit =
+                    commit.map(|i| openraft::testing::log_id::<TypeConfig>(3, 2, i));
+                let (payload, cut_after) = append_payload(&rpc).unwrap();
+                assert_eq!(payload, codec::to_bytes(&rpc).unwrap(), "{count} entries");
+                assert_eq!(cut_after, None);
+            }
+        }
     }
 }
