@@ -41,12 +41,12 @@ impl Route {
     }
 }
 
-/// Encodes an openraft value into a message.
-pub fn encode<T: Serialize>(route: &Route, value: &T) -> Result<RaftMessage, postcard::Error> {
-    Ok(RaftMessage {
+/// A message on `route` carrying `payload` (an encoded openraft value).
+pub fn message(route: &Route, payload: Vec<u8>) -> RaftMessage {
+    RaftMessage {
         header: Some(route.header()),
-        payload: to_bytes(value)?,
-    })
+        payload,
+    }
 }
 
 /// Encodes an openraft value as a payload (a reply, a snapshot's vote).

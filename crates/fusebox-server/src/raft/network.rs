@@ -137,10 +137,7 @@ impl Connection {
         Fut:
             Future<Output = Result<tonic::Response<fusebox_proto::v1::RaftMessage>, tonic::Status>>,
     {
-        let message = fusebox_proto::v1::RaftMessage {
-            header: Some(self.route.header()),
-            payload,
-        };
+        let message = codec::message(&self.route, payload);
         let client = self.client()?;
         let mut request = tonic::Request::new(message);
         request.set_timeout(ttl);
