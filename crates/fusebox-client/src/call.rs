@@ -37,9 +37,11 @@ pub(crate) enum Permit {
 pub(crate) struct Pass {
     pub(crate) decision: Decision,
     pub(crate) permit: Option<Permit>,
-    /// The call went unanswered past its policy's `stalled_after_ms` and
-    /// was counted then, as a timeout; its end is not counted again.
-    pub(crate) stalled: bool,
+    /// When the call went unanswered past its policy's `stalled_after_ms`.
+    /// A call without a permit was counted then, as a timeout, and its end
+    /// is not counted again; a probe gives its permit back when its call
+    /// ends, failed as the timeout it was at the stall.
+    pub(crate) stalled: Option<Duration>,
 }
 
 impl Pass {
@@ -295,7 +297,7 @@ impl Client {
         let pass = Pass {
             decision: decision.clone(),
             permit: None,
-            stalled: false,
+            stalled: None,
         };
         self.settle(tool, pass, class, elapsed);
     }
@@ -434,7 +436,7 @@ impl Client {
                 Ok(Pass {
                     decision,
                     permit: None,
-                    stalled: false,
+                    stalled: None,
                 })
             }
             Admission::Reject {
@@ -502,7 +504,7 @@ impl Client {
                 Some(p) => Ok(Pass {
                     decision,
                     permit: Some(Permit::Local(p)),
-                    stalled: false,
+                    stalled: None,
                 }),
                 None => Err(self.rejected(tool, &decision, scope, BreakerState::HalfOpen, None)),
             };
@@ -526,7 +528,7 @@ impl Client {
                 Ok(Pass {
                     decision,
                     permit: Some(Permit::Cluster(permit)),
-                    stalled: false,
+                    stalled: None,
                 })
             }
             Ok(ProbeAnswer::NotNeeded { generation }) => {
@@ -542,7 +544,7 @@ impl Client {
                 Ok(Pass {
                     decision,
                     permit: None,
-                    stalled: false,
+                    stalled: None,
                 })
             }
             Ok(ProbeAnswer::Denied {
@@ -570,10 +572,13 @@ impl Client {
     /// call's token fires and its future is dropped. A call still running
     /// when its policy's `stalled_after_ms` passes is counted then, as a
     /// timeout, and `pass` notes it, so its end is not counted again. A
-    /// probe that stalls gives its permit back then, failed: its breaker
-    /// reopens for the whole fleet at once instead of holding the permit to
-    /// the call's deadline, and a read under a cluster permit and
-    /// `in_flight_on_open = "end"` ends at that reopening.
+    /// probe holds its permit for as long as its call runs, so that no other
+    /// probe can start on the tool beside it: a read probe under
+    /// `in_flight_on_open = "end"` is timed out at its stall (its stall is
+    /// its deadline) and gives its permit back, failed, so its breaker
+    /// reopens for the whole fleet at once; any other probe runs on, and
+    /// gives its permit back when its call ends, failed as the timeout it
+    /// was at the stall.
     pub(crate) async fn attempt<T, F, Fut>(
         &self,
         journey: &Journey,
@@ -631,7 +636,7 @@ impl Client {
         let expiry = tokio::time::sleep(deadline.duration);
         let (end, stalled) = async {
             tokio::pin!(call, opened, stalling, expiry);
-            let mut stalled = false;
+            let mut stalled = None;
             let end = loop {
                 tokio::select! {
                     result = &mut call => break AttemptEnd::Done(result),
@@ -643,19 +648,17 @@ impl Client {
                         token.cancel();
                         break AttemptEnd::TimedOut { layer: deadline.layer, deadline: deadline.duration };
                     }
-                    after = &mut stalling, if !stalled => {
-                        stalled = true;
-                        tracing::debug!(after_ms = ms(after), "no answer yet: counted as a timeout");
-                        // Subscribed before the permit goes back, so the
-                        // reopening its answer brings is not missed.
-                        let reopening = (ends && matches!(permit, Some(Permit::Cluster(_))))
-                            .then(|| self.inner.view.breaker_changes());
-                        match permit.take() {
-                            Some(p) => self.give_back(tool, p, decision, OutcomeClass::Timeout, after),
+                    after = &mut stalling, if stalled.is_none() => {
+                        stalled = Some(after);
+                        tracing::debug!(after_ms = ms(after), probe = permit.is_some(), "no answer yet: counted as a timeout");
+                        match permit {
+                            Some(_) if ends => {
+                                token.cancel();
+                                break AttemptEnd::TimedOut { layer: Layer::Tool, deadline: after };
+                            }
+                            // Given back when the call ends (`settle`).
+                            Some(_) => {}
                             None => self.count(tool, decision, OutcomeClass::Timeout, after),
-                        }
-                        if reopening.is_some() {
-                            opened.set(self.opened(decision, reopening));
                         }
                     }
                     () = journey.token().cancelled() => break AttemptEnd::Cancelled,
@@ -672,7 +675,7 @@ impl Client {
         }
         span.record("outcome_class", end.class().as_str());
         span.record("elapsed_ms", ms(elapsed));
-        span.record("stalled", stalled);
+        span.record("stalled", stalled.is_some());
         (end, elapsed)
     }
 
@@ -734,7 +737,8 @@ impl Client {
 
     /// Reports the outcome: the probe permit is returned with it, or it goes
     /// into the report buffer; the local breakers count it either way. A
-    /// call counted when it stalled is not counted again.
+    /// call counted when it stalled is not counted again, and a probe that
+    /// stalled failed then, whatever its call did after.
     pub(crate) fn settle(
         &self,
         tool: &ToolRef,
@@ -742,10 +746,13 @@ impl Client {
         class: OutcomeClass,
         elapsed: Duration,
     ) {
-        match pass.permit {
-            Some(permit) => self.give_back(tool, permit, &pass.decision, class, elapsed),
-            None if pass.stalled => {}
-            None => self.count(tool, &pass.decision, class, elapsed),
+        match (pass.permit, pass.stalled) {
+            (Some(permit), Some(after)) => {
+                self.give_back(tool, permit, &pass.decision, OutcomeClass::Timeout, after)
+            }
+            (Some(permit), None) => self.give_back(tool, permit, &pass.decision, class, elapsed),
+            (None, Some(_)) => {}
+            (None, None) => self.count(tool, &pass.decision, class, elapsed),
         }
     }
 

@@ -1,7 +1,9 @@
 //! `stalled_after_ms`: a call with no answer that long after it started
 //! counts against its breakers at once, as a timeout, while it keeps
-//! running; its end is not counted again. A probe that stalls gives its
-//! permit back then, failed, and its breaker reopens at once.
+//! running; its end is not counted again. A probe holds its permit while
+//! its call runs: under `in_flight_on_open = "end"` a stalled read probe is
+//! timed out at its stall and its breaker reopens at once; otherwise it
+//! runs on, and no other probe of its tool starts until it ends.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -55,7 +57,7 @@ probe_lease_ms = 60000
 consecutive_failures = 1000
 
 [servers.mail.tools.send_status]
-timeout_ms = 15000
+timeout_ms = 3000
 
 [servers.mail.tools.send_status.breaker]
 consecutive_failures = 1
@@ -166,7 +168,7 @@ async fn tripped_until_probe(client: &Client, tool: &ToolRef) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_probe_reopens_its_breaker_and_ends_there_under_end() {
+async fn a_stalled_probe_under_end_times_out_at_its_stall_and_reopens_its_breaker() {
     let cluster = TestCluster::start(1).await;
     let operator = cluster.operator(0);
     let version = operator.apply_policy(POLICY).await;
@@ -180,11 +182,10 @@ async fn a_stalled_probe_reopens_its_breaker_and_ends_there_under_end() {
         .call(&journey, &t, |ctx| hangs(cancelled.clone(), ctx.cancel))
         .await;
     let took = began.elapsed();
-    // The probe counts as a failed probe 300 ms in: its permit goes back,
-    // the breaker reopens, and the call ends at that reopening.
+    // The probe's stall, 300 ms in, is its deadline: the call ends there.
     match result {
-        Err(ClientError::CircuitOpen { state, .. }) => assert_eq!(state, BreakerState::Open),
-        other => panic!("a stalled probe was not ended by its breaker reopening: {other:?}"),
+        Err(ClientError::Timeout { deadline_ms, .. }) => assert_eq!(deadline_ms, 300),
+        other => panic!("a stalled probe was not timed out at its stall: {other:?}"),
     }
     assert!(
         took < Duration::from_secs(10),
@@ -197,11 +198,20 @@ async fn a_stalled_probe_reopens_its_breaker_and_ends_there_under_end() {
         Duration::from_secs(5),
     )
     .await;
+    // Its permit went back failed: the breaker is open again.
+    wait_for("the breaker to reopen", Duration::from_secs(5), || {
+        let operator = &operator;
+        async move {
+            let b = operator.breaker("maps", "geocode").await;
+            (b.state == pb::BreakerState::Open as i32).then_some(())
+        }
+    })
+    .await;
     cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_probe_that_finishes_frees_its_permit_for_the_next_probe() {
+async fn a_stalled_probe_that_finishes_holds_its_permit_until_its_call_ends() {
     let cluster = TestCluster::start(1).await;
     let operator = cluster.operator(0);
     let version = operator.apply_policy(POLICY).await;
@@ -209,19 +219,20 @@ async fn a_stalled_probe_that_finishes_frees_its_permit_for_the_next_probe() {
     let second = client_with_policy(&cluster, "r2", version).await;
     let t = ToolRef::new("mail", "send_status").unwrap();
     tripped_until_probe(&first, &t).await;
-    // The first replica's probe hangs to its 15 s deadline ("finish").
+    // The first replica's probe hangs to its 3 s deadline ("finish").
     let probing = Arc::new(AtomicBool::new(false));
     let stalled_probe = {
         let (client, t, probing) = (first.clone(), t.clone(), probing.clone());
         tokio::spawn(async move {
             let journey = Journey::new("status", Duration::from_secs(60), Duration::ZERO);
             let cancelled = Arc::new(AtomicBool::new(false));
-            client
+            let result = client
                 .call(&journey, &t, |ctx| {
                     probing.store(true, Ordering::SeqCst);
                     hangs(cancelled.clone(), ctx.cancel)
                 })
-                .await
+                .await;
+            (result, Instant::now())
         })
     };
     flag_set(
@@ -230,33 +241,43 @@ async fn a_stalled_probe_that_finishes_frees_its_permit_for_the_next_probe() {
         Duration::from_secs(10),
     )
     .await;
-    // Its permit went back failed at 300 ms, so once the breaker's next
-    // open period is over the second replica gets the one probe permit,
-    // while the first probe is still running.
+    // It stalls at 300 ms but keeps its permit while its call runs, so the
+    // second replica gets no probe until it has ended; then its permit
+    // goes back failed, and once the breaker's next open period is over
+    // the second replica gets the one probe permit.
     let journey = Journey::new("status", Duration::from_secs(60), Duration::ZERO);
-    let answered = wait_for("a second probe", Duration::from_secs(10), || {
+    let (answered, probed_at) = wait_for("a second probe", Duration::from_secs(15), || {
         let (second, t, journey) = (&second, &t, &journey);
         async move {
-            if !matches!(second.admit(t).admission, Admission::Probe { .. }) {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                return None;
+            let started = std::sync::Mutex::new(None);
+            let result = second
+                .call(journey, t, |_ctx| {
+                    *started.lock().unwrap() = Some(Instant::now());
+                    async { Ok::<_, ToolFailure>("sent") }
+                })
+                .await;
+            match result {
+                Ok(answered) => Some((answered, started.into_inner().unwrap().unwrap())),
+                Err(ClientError::CircuitOpen { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    None
+                }
+                Err(e) => panic!("the second replica's call failed: {e}"),
             }
-            second
-                .call(journey, t, |_ctx| async { Ok::<_, ToolFailure>("sent") })
-                .await
-                .ok()
         }
     })
     .await;
     assert!(answered.probe, "the second replica's call was not a probe");
-    assert!(
-        !stalled_probe.is_finished(),
-        "the first probe ended before the second was granted"
-    );
-    match stalled_probe.await.unwrap() {
-        Err(ClientError::Timeout { .. }) => {}
+    let (result, ended_at) = stalled_probe.await.unwrap();
+    match result {
+        Err(ClientError::Timeout { deadline_ms, .. }) => assert_eq!(deadline_ms, 3000),
         other => panic!("the stalled probe did not run to its deadline: {other:?}"),
     }
+    assert!(
+        probed_at > ended_at,
+        "a second probe started {:?} before the stalled probe ended",
+        ended_at - probed_at
+    );
     assert_eq!(first.metrics().probes_granted, 1);
     assert_eq!(second.metrics().probes_granted, 1);
     cluster.shutdown().await;
