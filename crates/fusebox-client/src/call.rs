@@ -114,7 +114,8 @@ impl<T, H> AttemptEnd<Started<T, H>> {
 
 /// Whether a call in flight ends when its breaker opens: `policy` decides
 /// for a read; a write always finishes, since ending it would turn a wait
-/// into an unknown outcome (and `write`'s ledger records what it did).
+/// into an unknown outcome (and `write`'s ledger records what it did, so
+/// it never asks, whatever the view's policy says of the tool).
 fn ends_on_open(policy: &ToolPolicy) -> bool {
     policy.effect == EffectClass::ReadOnly && policy.in_flight_on_open == InFlightOnOpen::End
 }
@@ -218,8 +219,9 @@ impl Client {
             let timeout = self.tool_timeout(tool, &policy).max(stretched);
             let deadline = journey.deadline(timeout, Layer::Tool);
             let ctx = self.context(journey, attempt, deadline, None, probe);
+            let ends = ends_on_open(&policy);
             let (end, elapsed) = self
-                .attempt(journey, tool, &mut pass, ctx, deadline, &mut f)
+                .attempt(journey, tool, &mut pass, (ctx, ends), deadline, &mut f)
                 .await;
             let (end, elapsed) = match end.running() {
                 Err(end) => (end, elapsed),
@@ -569,22 +571,22 @@ impl Client {
     }
 
     /// Runs one attempt under its deadline, in its own span. On expiry the
-    /// call's token fires and its future is dropped. A call still running
-    /// when its policy's `stalled_after_ms` passes is counted then, as a
-    /// timeout, and `pass` notes it, so its end is not counted again. A
-    /// probe holds its permit for as long as its call runs, so that no other
-    /// probe can start on the tool beside it: a read probe under
-    /// `in_flight_on_open = "end"` is timed out at its stall (its stall is
-    /// its deadline) and gives its permit back, failed, so its breaker
-    /// reopens for the whole fleet at once; any other probe runs on, and
-    /// gives its permit back when its call ends, failed as the timeout it
-    /// was at the stall.
+    /// call's token fires and its future is dropped. `ends` says whether the
+    /// call ends when its breaker opens (`in_flight_on_open = "end"`, a
+    /// read). A call still running when its policy's `stalled_after_ms`
+    /// passes is counted then, as a timeout, and `pass` notes it, so its end
+    /// is not counted again. A probe holds its permit for as long as its
+    /// call runs, so that no other probe can start on the tool beside it: a
+    /// probe that `ends` is timed out at its stall (its stall is its
+    /// deadline) and gives its permit back, failed, at once; any other probe
+    /// runs on, and gives its permit back when its call ends, failed as the
+    /// timeout it was at the stall.
     pub(crate) async fn attempt<T, F, Fut>(
         &self,
         journey: &Journey,
         tool: &ToolRef,
         pass: &mut Pass,
-        ctx: CallContext,
+        (ctx, ends): (CallContext, bool),
         deadline: Deadline,
         f: &mut F,
     ) -> (AttemptEnd<T>, Duration)
@@ -616,9 +618,7 @@ impl Client {
         let decision: &Decision = decision;
         let policy = &decision.resolution.0.policy;
         // Subscribed before the call starts, so no change is missed; a
-        // probe is what tests the tool, and is not ended this way before
-        // it stalls.
-        let ends = ends_on_open(policy);
+        // probe is what tests the tool, and is never ended this way.
         let watching = (ends && permit.is_none()).then(|| self.inner.view.breaker_changes());
         let stall = stalls_after(policy, deadline.duration);
         let started = Instant::now();
@@ -650,7 +650,7 @@ impl Client {
                     }
                     after = &mut stalling, if stalled.is_none() => {
                         stalled = Some(after);
-                        tracing::debug!(after_ms = ms(after), probe = permit.is_some(), "no answer yet: counted as a timeout");
+                        tracing::debug!(after_ms = ms(after), probe = permit.is_some(), "no answer yet: a timeout (a probe's is counted when its permit goes back)");
                         match permit {
                             Some(_) if ends => {
                                 token.cancel();
@@ -747,10 +747,16 @@ impl Client {
         elapsed: Duration,
     ) {
         match (pass.permit, pass.stalled) {
-            (Some(permit), Some(after)) => {
-                self.give_back(tool, permit, &pass.decision, OutcomeClass::Timeout, after)
+            (Some(permit), Some(after)) => self.give_back(
+                tool,
+                permit,
+                &pass.decision,
+                OutcomeClass::Timeout,
+                (after, elapsed),
+            ),
+            (Some(permit), None) => {
+                self.give_back(tool, permit, &pass.decision, class, (elapsed, elapsed))
             }
-            (Some(permit), None) => self.give_back(tool, permit, &pass.decision, class, elapsed),
             (None, Some(_)) => {}
             (None, None) => self.count(tool, &pass.decision, class, elapsed),
         }
@@ -758,14 +764,17 @@ impl Client {
 
     /// Returns a probe permit with the outcome of its call: a local permit
     /// to the local breaker; a cluster permit to the cluster, in the
-    /// background, and the outcome to the local breakers too.
+    /// background, and the outcome to the local breakers too. The outcome
+    /// took `duration` (a stalled probe's: until its stall); it is given
+    /// back `elapsed` after the decision, which the local breakers reckon
+    /// from.
     fn give_back(
         &self,
         tool: &ToolRef,
         permit: Permit,
         decision: &Decision,
         class: OutcomeClass,
-        elapsed: Duration,
+        (duration, elapsed): (Duration, Duration),
     ) {
         let resolved = self.resolution(tool, decision);
         match permit {
@@ -779,8 +788,8 @@ impl Client {
                 self.inner.local.release(&permit, p, class, now);
             }
             Permit::Cluster(permit) => {
-                self.release_later(permit, class, ms(elapsed));
-                self.count_locally(&resolved, decision, class, elapsed);
+                self.release_later(permit, class, ms(duration));
+                self.count_locally(&resolved, decision, class, (duration, elapsed));
             }
         }
     }
@@ -795,7 +804,7 @@ impl Client {
             duration_ms: ms(elapsed),
             generations: (decision.tool_generation, decision.server_generation),
         });
-        self.count_locally(&resolved, decision, class, elapsed);
+        self.count_locally(&resolved, decision, class, (elapsed, elapsed));
     }
 
     /// The resolution the call was admitted under (looked up again only
@@ -807,21 +816,22 @@ impl Client {
         }
     }
 
-    /// Counts an outcome on the local breakers, at the instant it came by
-    /// the clock that admitted the call.
+    /// Counts an outcome that took `duration` on the local breakers, at the
+    /// instant it came (`elapsed` after the decision, by the clock that
+    /// admitted the call).
     fn count_locally(
         &self,
         resolved: &Resolved,
         decision: &Decision,
         class: OutcomeClass,
-        elapsed: Duration,
+        (duration, elapsed): (Duration, Duration),
     ) {
         let now = decision.decided_at.plus_ms(ms(elapsed));
         self.inner.local.record(
             self.local_pair(resolved),
             (&resolved.server_breaker, &resolved.policy.breaker),
             class,
-            ms(elapsed),
+            ms(duration),
             now,
         );
     }

@@ -233,7 +233,9 @@ impl Client {
             let mut ctx =
                 self.context(journey, attempt, deadline, Some(request.key.clone()), probe);
             ctx.tool_call_id = attempt_id.clone();
-            let call = self.attempt(journey, tool, &mut pass, ctx, deadline, &mut f);
+            // A write is never ended when its breaker opens, nor at its
+            // stall: ending it would turn a wait into an unknown outcome.
+            let call = self.attempt(journey, tool, &mut pass, (ctx, false), deadline, &mut f);
             let (end, elapsed) = if clamped {
                 // A call longer than the longest lease: keep the key ours
                 // until it ends (`renewing` never finishes by itself).

@@ -282,3 +282,39 @@ async fn a_stalled_probe_that_finishes_holds_its_permit_until_its_call_ends() {
     assert_eq!(second.metrics().probes_granted, 1);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_probe_that_then_answers_has_still_failed_its_probe() {
+    let cluster = TestCluster::start(1).await;
+    let operator = cluster.operator(0);
+    let version = operator.apply_policy(POLICY).await;
+    let client = client_with_policy(&cluster, "r1", version).await;
+    let t = ToolRef::new("mail", "send_status").unwrap();
+    tripped_until_probe(&client, &t).await;
+    // Stalls at 300 ms ("finish"), answers at 800 ms: the caller gets its
+    // answer, and the breaker its failed probe.
+    let journey = Journey::new("status", Duration::from_secs(60), Duration::ZERO);
+    let answered = client
+        .call(&journey, &t, |_ctx| async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            Ok::<_, ToolFailure>("sent")
+        })
+        .await
+        .unwrap();
+    assert!(answered.probe, "the call was not a probe");
+    wait_for(
+        "the failed probe to reopen the breaker",
+        Duration::from_secs(10),
+        || {
+            let operator = &operator;
+            async move {
+                let b = operator.breaker("mail", "send_status").await;
+                (b.reopen_count == 1).then_some(())
+            }
+        },
+    )
+    .await;
+    let breaker = operator.breaker("mail", "send_status").await;
+    assert_ne!(breaker.state, pb::BreakerState::Closed as i32);
+    cluster.shutdown().await;
+}

@@ -244,8 +244,10 @@ pub struct ToolPolicy {
     /// its breakers at once, as a timeout, and not again when it ends; it
     /// keeps running to its own end or deadline (or, under
     /// `in_flight_on_open = "end"`, until its breaker opens). A half-open
-    /// probe that stalls has failed its probe then. `None`: a call counts
-    /// when it ends.
+    /// probe that stalls has failed its probe, whatever its call does after;
+    /// it holds its permit while its call runs (under `"end"`, a read probe
+    /// is timed out at its stall), and its breaker learns of the failure
+    /// when the permit goes back. `None`: a call counts when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_after_ms: Option<u64>,
     /// Answer patterns that overrule an answer's form.
