@@ -35,8 +35,18 @@ pub fn name<T>(
     value: &str,
     make: impl FnOnce(String) -> Result<T, CoreError>,
 ) -> Result<T, Status> {
+    name_at(|| field.to_owned(), value, make)
+}
+
+/// [`name`] for a field whose name is built (`outcomes[3].tool`): built
+/// only for an error, not for every name that is valid.
+pub fn name_at<T>(
+    field: impl FnOnce() -> String,
+    value: &str,
+    make: impl FnOnce(String) -> Result<T, CoreError>,
+) -> Result<T, Status> {
     make(value.to_owned()).map_err(|e| match e {
-        CoreError::InvalidField { reason, .. } => status::invalid_field(field, &reason),
+        CoreError::InvalidField { reason, .. } => status::invalid_field(&field(), &reason),
         other => status::from_core(&other),
     })
 }

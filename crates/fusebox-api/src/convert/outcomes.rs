@@ -1,7 +1,7 @@
 //! Outcome reports and probe permits between wire and core.
 
 use super::breakers::state_to_proto;
-use super::name;
+use super::{name, name_at};
 use crate::status;
 use fusebox_core::breaker::{BreakerKey, BreakerState, ProbeAnswer, ProbeResult};
 use fusebox_core::limits::BATCH_OUTCOMES_MAX;
@@ -58,11 +58,15 @@ pub fn batch_from_proto(req: &pb::ReportOutcomesRequest) -> Result<Batch, Status
     let mut outcomes = Vec::with_capacity(req.outcomes.len());
     let mut unclassified = 0;
     for (i, o) in req.outcomes.iter().enumerate() {
-        let server = name(&format!("outcomes[{i}].server"), &o.server, ServerName::new)?;
-        let tool = name(&format!("outcomes[{i}].tool"), &o.tool, ToolName::new)?;
+        let server = name_at(
+            || format!("outcomes[{i}].server"),
+            &o.server,
+            ServerName::new,
+        )?;
+        let tool = name_at(|| format!("outcomes[{i}].tool"), &o.tool, ToolName::new)?;
         let backend = match &o.backend {
-            Some(b) => Some(name(
-                &format!("outcomes[{i}].backend"),
+            Some(b) => Some(name_at(
+                || format!("outcomes[{i}].backend"),
                 b,
                 BackendName::new,
             )?),

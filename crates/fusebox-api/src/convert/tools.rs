@@ -5,7 +5,7 @@
 //! every replica shows the same window for the same revision.
 
 use super::ledger::effect_to_proto;
-use super::name;
+use super::name_at;
 use crate::status;
 use fusebox_core::disclosure::McpHints;
 use fusebox_core::disclosure::{
@@ -31,7 +31,7 @@ pub fn manifest_from_proto(tools: &[pb::ManifestTool]) -> Result<Vec<ToolImport>
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let tool = name(&format!("tools[{i}].tool"), &t.tool, ToolName::new)?;
+            let tool = name_at(|| format!("tools[{i}].tool"), &t.tool, ToolName::new)?;
             Ok(ToolImport {
                 tool,
                 hints: McpHints {
