@@ -47,8 +47,8 @@ use clap::{Parser, Subcommand};
 use failure::{error_json, exit_kind, ExitKind, EXIT_CODES_HELP};
 use std::process::ExitCode;
 
-/// The node's allocator: glibc's malloc spent about a fifth of a loaded
-/// node's CPU in its own bookkeeping (decision 0014).
+/// The binary's allocator, for every subcommand: under load, glibc's
+/// malloc and free took about a fifth of a node's samples (decision 0014).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
