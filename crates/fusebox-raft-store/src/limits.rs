@@ -41,8 +41,8 @@ pub(crate) const LOG_TAIL_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// keys into them on every node, while its entry is applied, one after
 /// another; a skip list of tens of MiB is mostly outside the CPU's caches,
 /// and each insert then waits on memory at most of its levels (in a
-/// profile of `fusebox bench ledger` at 64 clients, those inserts were a
-/// fifth of a follower's CPU). Smaller tables are flushed more often and
+/// profile of `fusebox bench ledger` at 64 clients, those inserts were 18%
+/// of a follower's CPU). Smaller tables are flushed more often and
 /// merged by compaction, off the apply path.
 pub(crate) const LEDGER_MEMTABLE_BYTES: usize = 16 * 1024 * 1024;
 

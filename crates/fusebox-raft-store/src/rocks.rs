@@ -41,9 +41,9 @@ pub(crate) const CF_LEDGER: &str = "ledger";
 pub(crate) const CF_LEDGER_INDEX: &str = "ledger_index";
 
 /// The ledger memtable's bloom filter, as a share of the memtable's size
-/// (RocksDB caps it at a quarter): 1.6 MiB for a 16 MiB table, more bits
-/// per record than the filter on disk has, since a record and its key take
-/// far more than 8 bytes.
+/// (RocksDB caps it at a quarter): 0.8 bits per byte of table, so more
+/// bits per record than the filter on disk has for any record and key of
+/// over 13 bytes, which every ledger record is.
 const MEMTABLE_BLOOM_RATIO: f64 = 0.1;
 
 /// Every column family the store needs; all are created on first open.
