@@ -1,7 +1,9 @@
 //! What applying outcome reports costs the state machine, on every node,
 //! for every entry: the shape `fusebox bench outcomes` sends (batches of 100
 //! outcomes over 64 tools), one replica's report and sixteen coalesced into
-//! one entry. The figures are per report; divide by 100 for an outcome.
+//! one entry, under a policy and in a namespace that has none (the
+//! built-in defaults). The figures are per report; divide by 100 for an
+//! outcome.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fusebox_core::machine::{Answer, Command, OutcomeReport, Report, StateMachine};
@@ -37,8 +39,12 @@ fn outcomes(seq: u64) -> Vec<OutcomeReport> {
 }
 
 fn report(replica: u64, seq: u64) -> Report {
+    report_in("bench", replica, seq)
+}
+
+fn report_in(namespace: &str, replica: u64, seq: u64) -> Report {
     Report {
-        namespace: Namespace::new("bench").unwrap_or_else(|_| unreachable!()),
+        namespace: Namespace::new(namespace).unwrap_or_else(|_| unreachable!()),
         replica: ReplicaId::new(format!("replica-{replica}")).unwrap_or_else(|_| unreachable!()),
         batch_seq: seq,
         outcomes: outcomes(seq),
@@ -110,6 +116,21 @@ fn apply(c: &mut Criterion) {
                 seq += 1;
                 Command::ReportBatch {
                     reports: (1..=16).map(|r| report(r, seq)).collect(),
+                }
+            },
+            |command| {
+                now += 1;
+                sm.apply(&command, Timestamp::from_millis(now))
+            },
+            BatchSize::SmallInput,
+        );
+    });
+    group.bench_function("16 reports of 100 outcomes in one entry, no policy", |b| {
+        b.iter_batched(
+            || {
+                seq += 1;
+                Command::ReportBatch {
+                    reports: (1..=16).map(|r| report_in("defaults", r, seq)).collect(),
                 }
             },
             |command| {

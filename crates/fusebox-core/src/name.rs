@@ -11,6 +11,11 @@ use std::fmt;
 
 fn validate(field: &'static str, value: &str) -> Result<(), CoreError> {
     crate::error::check_len(field, value, NAME_BYTES_MAX)?;
+    // Bytes first (every name on every decoded entry passes here); a byte
+    // past ASCII is not graphic, so any other character stops it too.
+    if value.bytes().all(|b| b.is_ascii_graphic() && b != b'/') {
+        return Ok(());
+    }
     if let Some(bad) = value.chars().find(|c| !c.is_ascii_graphic() || *c == '/') {
         return Err(CoreError::invalid(
             field,
@@ -23,9 +28,16 @@ fn validate(field: &'static str, value: &str) -> Result<(), CoreError> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $ty:ident, $field:literal) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $ty(String);
+
+        /// As its text, borrowed (`into = "String"` would copy it first).
+        impl Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
 
         impl $ty {
             /// Validates and wraps a name.

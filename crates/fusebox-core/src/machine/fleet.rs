@@ -3,7 +3,7 @@
 
 use super::answer::Answer;
 use super::clock::StateClock;
-use super::namespace::NamespaceState;
+use super::namespace::{DefaultResolved, NamespaceState};
 use super::report_marks::ReportMarks;
 use super::state_machine::StateMachine;
 use super::watch_event::WatchEvent;
@@ -35,6 +35,9 @@ pub struct Fleet {
     pub(super) tools: ToolRegistry,
     pub(super) report_marks: ReportMarks,
     pub(super) auth: AuthTable,
+    /// Derived, never encoded: see [`DefaultResolved`].
+    #[serde(skip)]
+    pub(super) default_resolved: DefaultResolved,
 }
 
 impl Fleet {

@@ -1,5 +1,6 @@
 //! Per-namespace settings: policy versions and the write kill switch.
 
+use super::state_machine::DEFAULT_POLICY;
 use crate::breaker::BreakerKey;
 use crate::limits::POLICY_VERSIONS_MAX;
 use crate::name::{Namespace, ServerName, ToolName};
@@ -97,18 +98,84 @@ impl ResolvedTools {
         server: &ServerName,
         tool: &ToolName,
     ) -> Arc<ToolResolution> {
-        if let Some(found) = self.by_server.get(server).and_then(|tools| tools.get(tool)) {
+        if let Some(found) = self.find(server, tool) {
             return found.clone();
         }
         let resolved = Arc::new(ToolResolution::resolve(document, ns, server, tool));
         if self.count < RESOLVED_TOOLS_MAX {
-            self.by_server
-                .entry(server.clone())
-                .or_default()
-                .insert(tool.clone(), resolved.clone());
-            self.count += 1;
+            self.keep(server, tool, resolved.clone());
         }
         resolved
+    }
+
+    fn find(&self, server: &ServerName, tool: &ToolName) -> Option<&Arc<ToolResolution>> {
+        self.by_server.get(server).and_then(|tools| tools.get(tool))
+    }
+
+    fn keep(&mut self, server: &ServerName, tool: &ToolName, resolved: Arc<ToolResolution>) {
+        self.by_server
+            .entry(server.clone())
+            .or_default()
+            .insert(tool.clone(), resolved);
+        self.count += 1;
+    }
+}
+
+/// Tools resolved under the built-in defaults, in namespaces that have no
+/// policy, at most [`RESOLVED_TOOLS_MAX`] in all; past it, tools are
+/// resolved on every use. The defaults never change, so a resolution
+/// stays true for as long as its namespace has no policy (and is used only
+/// then); like [`ResolvedTools`], copies start empty and it never makes two
+/// states differ.
+#[derive(Default)]
+pub(crate) struct DefaultResolved {
+    by_namespace: BTreeMap<Namespace, ResolvedTools>,
+    count: usize,
+}
+
+impl DefaultResolved {
+    /// `server`/`tool` of `ns` under the built-in defaults, resolved once.
+    pub(crate) fn get(
+        &mut self,
+        ns: &Namespace,
+        server: &ServerName,
+        tool: &ToolName,
+    ) -> Arc<ToolResolution> {
+        let kept = self.by_namespace.get(ns);
+        if let Some(found) = kept.and_then(|tools| tools.find(server, tool)) {
+            return found.clone();
+        }
+        let resolved = Arc::new(ToolResolution::resolve(&DEFAULT_POLICY, ns, server, tool));
+        if self.count < RESOLVED_TOOLS_MAX {
+            // Looked up before `entry`, which would copy the name every time.
+            if !self.by_namespace.contains_key(ns) {
+                self.by_namespace
+                    .insert(ns.clone(), ResolvedTools::default());
+            }
+            if let Some(tools) = self.by_namespace.get_mut(ns) {
+                tools.keep(server, tool, resolved.clone());
+                self.count += 1;
+            }
+        }
+        resolved
+    }
+}
+
+impl Clone for DefaultResolved {
+    fn clone(&self) -> Self {
+        DefaultResolved::default()
+    }
+}
+
+impl PartialEq for DefaultResolved {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for DefaultResolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DefaultResolved({})", self.count)
     }
 }
 

@@ -6,7 +6,6 @@ use super::answer::{Answer, ReportSummary};
 use super::command::{OutcomeReport, Report};
 use super::namespace::ToolResolution;
 use super::state_machine::StateMachine;
-use super::state_machine::DEFAULT_POLICY;
 use super::watch_event::WatchEvent;
 use crate::breaker::{BreakerKey, Observation, Recorded};
 use crate::error::CoreError;
@@ -45,14 +44,16 @@ impl<L: LedgerStore> StateMachine<L> {
         }
         self.fleet.report_marks.note(ns, replica, batch_seq, now);
         // Each distinct tool is resolved once per policy version (kept with
-        // the version) and looked up once per report; outcomes then borrow
-        // the resolution, so applying one copies no name.
+        // the version, or with the fleet under the defaults) and looked up
+        // once per report; outcomes then borrow the resolution, so applying
+        // one copies no name.
         let window_ms = self.policy_document(ns).observation_window_ms();
-        let mut version = self
-            .fleet
+        let fleet = &mut self.fleet;
+        let mut version = fleet
             .namespaces
             .get_mut(ns)
             .and_then(|n| n.policies.back_mut());
+        let defaults = &mut fleet.default_resolved;
         let mut index: BTreeMap<(&ServerName, &ToolName, Option<&BackendName>), usize> =
             BTreeMap::new();
         let mut tools: Vec<BatchTool> = Vec::new();
@@ -63,12 +64,7 @@ impl<L: LedgerStore> StateMachine<L> {
                 .or_insert_with(|| {
                     let resolution = match version.as_deref_mut() {
                         Some(v) => v.resolved.get(&v.document, ns, &o.server, &o.tool),
-                        None => Arc::new(ToolResolution::resolve(
-                            &DEFAULT_POLICY,
-                            ns,
-                            &o.server,
-                            &o.tool,
-                        )),
+                        None => defaults.get(ns, &o.server, &o.tool),
                     };
                     tools.push(BatchTool::new(resolution, ns, o));
                     tools.len() - 1

@@ -1,6 +1,7 @@
-//! Tools are resolved once per policy version and kept with it: a new
-//! version (an apply or a rollback) must be read afresh, and the kept
-//! resolutions never make two states differ.
+//! Tools are resolved once per policy version and kept with it (or, in a
+//! namespace with no policy, once under the defaults and kept with the
+//! fleet): a new version (an apply or a rollback) must be read afresh, and
+//! the kept resolutions never make two states differ.
 
 use crate::breaker::{BreakerKey, BreakerState};
 use crate::machine::*;
@@ -92,4 +93,29 @@ fn kept_resolutions_never_make_states_differ() {
     };
     assert_eq!(resolved(&sm.fleet), "ResolvedTools(1)");
     assert_eq!(resolved(&copy), "ResolvedTools(0)");
+}
+
+#[test]
+fn tools_under_the_defaults_are_kept_until_the_namespace_has_a_policy() {
+    let mut sm = StateMachine::new();
+    let t = Timestamp::from_millis(1_000);
+    fail(&mut sm, 1, t);
+    fail(&mut sm, 2, t);
+    assert_eq!(
+        lookup_state(&sm),
+        BreakerState::Closed,
+        "the defaults' window"
+    );
+    assert_eq!(
+        format!("{:?}", sm.fleet.default_resolved),
+        "DefaultResolved(1)"
+    );
+    let copy = sm.fleet.clone();
+    assert!(copy == sm.fleet);
+    assert_eq!(format!("{:?}", copy.default_resolved), "DefaultResolved(0)");
+    // One failure opens it under the policy: the resolution kept under the
+    // defaults must not be used once there is one.
+    apply_policy(&mut sm, 1, t);
+    fail(&mut sm, 3, t);
+    assert_eq!(lookup_state(&sm), BreakerState::Open);
 }
