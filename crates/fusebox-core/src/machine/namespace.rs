@@ -159,6 +159,14 @@ impl DefaultResolved {
         }
         resolved
     }
+
+    /// Lets `ns`'s tools go (it has a policy now, or is gone), so the room
+    /// they took serves namespaces still on the defaults.
+    pub(crate) fn forget(&mut self, ns: &Namespace) {
+        if let Some(tools) = self.by_namespace.remove(ns) {
+            self.count = self.count.saturating_sub(tools.count);
+        }
+    }
 }
 
 impl Clone for DefaultResolved {

@@ -79,6 +79,7 @@ impl<L: LedgerStore> StateMachine<L> {
             }
         }
         self.fleet.breakers_per_namespace.remove(ns);
+        self.fleet.default_resolved.forget(ns);
         let tools = self.fleet.tools.remove_namespace(ns);
         let policies = self
             .fleet

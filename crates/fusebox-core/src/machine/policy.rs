@@ -47,6 +47,7 @@ impl<L: LedgerStore> StateMachine<L> {
             change.reason,
             change.rolled_back_from,
         );
+        self.fleet.default_resolved.forget(ns);
         let revision = self.fleet.next_revision();
         events.push(WatchEvent::Policy {
             revision,

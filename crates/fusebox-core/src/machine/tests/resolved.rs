@@ -116,6 +116,10 @@ fn tools_under_the_defaults_are_kept_until_the_namespace_has_a_policy() {
     // One failure opens it under the policy: the resolution kept under the
     // defaults must not be used once there is one.
     apply_policy(&mut sm, 1, t);
+    assert_eq!(
+        format!("{:?}", sm.fleet.default_resolved),
+        "DefaultResolved(0)"
+    );
     fail(&mut sm, 3, t);
     assert_eq!(lookup_state(&sm), BreakerState::Open);
 }
