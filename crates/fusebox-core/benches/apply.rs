@@ -38,10 +38,6 @@ fn outcomes(seq: u64) -> Vec<OutcomeReport> {
         .collect()
 }
 
-fn report(replica: u64, seq: u64) -> Report {
-    report_in("bench", replica, seq)
-}
-
 fn report_in(namespace: &str, replica: u64, seq: u64) -> Report {
     Report {
         namespace: Namespace::new(namespace).unwrap_or_else(|_| unreachable!()),
@@ -94,7 +90,7 @@ fn apply(c: &mut Criterion) {
         b.iter_batched(
             || {
                 seq += 1;
-                let r = report(1, seq);
+                let r = report_in("bench", 1, seq);
                 Command::ReportOutcomes {
                     namespace: r.namespace,
                     replica: r.replica,
@@ -110,36 +106,30 @@ fn apply(c: &mut Criterion) {
         );
     });
     group.throughput(Throughput::Elements(16 * OUTCOMES as u64));
-    group.bench_function("16 reports of 100 outcomes in one entry", |b| {
-        b.iter_batched(
-            || {
-                seq += 1;
-                Command::ReportBatch {
-                    reports: (1..=16).map(|r| report(r, seq)).collect(),
-                }
-            },
-            |command| {
-                now += 1;
-                sm.apply(&command, Timestamp::from_millis(now))
-            },
-            BatchSize::SmallInput,
-        );
-    });
-    group.bench_function("16 reports of 100 outcomes in one entry, no policy", |b| {
-        b.iter_batched(
-            || {
-                seq += 1;
-                Command::ReportBatch {
-                    reports: (1..=16).map(|r| report_in("defaults", r, seq)).collect(),
-                }
-            },
-            |command| {
-                now += 1;
-                sm.apply(&command, Timestamp::from_millis(now))
-            },
-            BatchSize::SmallInput,
-        );
-    });
+    let batches = [
+        ("16 reports of 100 outcomes in one entry", "bench"),
+        (
+            "16 reports of 100 outcomes in one entry, no policy",
+            "defaults",
+        ),
+    ];
+    for (name, namespace) in batches {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    seq += 1;
+                    Command::ReportBatch {
+                        reports: (1..=16).map(|r| report_in(namespace, r, seq)).collect(),
+                    }
+                },
+                |command| {
+                    now += 1;
+                    sm.apply(&command, Timestamp::from_millis(now))
+                },
+                BatchSize::SmallInput,
+            );
+        });
+    }
     group.finish();
 }
 

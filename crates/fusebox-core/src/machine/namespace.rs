@@ -169,41 +169,32 @@ impl DefaultResolved {
     }
 }
 
-impl Clone for DefaultResolved {
-    fn clone(&self) -> Self {
-        DefaultResolved::default()
-    }
+/// State derived from the replicated state, kept only to save work: a copy
+/// starts empty (as a restored snapshot does), two of them always compare
+/// equal, and `Debug` shows how many tools they hold.
+macro_rules! derived_state {
+    ($($ty:ident),*) => {$(
+        impl Clone for $ty {
+            fn clone(&self) -> Self {
+                $ty::default()
+            }
+        }
+
+        impl PartialEq for $ty {
+            fn eq(&self, _: &Self) -> bool {
+                true
+            }
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({})", stringify!($ty), self.count)
+            }
+        }
+    )*};
 }
 
-impl PartialEq for DefaultResolved {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for DefaultResolved {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DefaultResolved({})", self.count)
-    }
-}
-
-impl Clone for ResolvedTools {
-    fn clone(&self) -> Self {
-        ResolvedTools::default()
-    }
-}
-
-impl PartialEq for ResolvedTools {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for ResolvedTools {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ResolvedTools({})", self.count)
-    }
-}
+derived_state!(ResolvedTools, DefaultResolved);
 
 /// The write kill switch of a namespace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -97,6 +97,7 @@ fn kept_resolutions_never_make_states_differ() {
 
 #[test]
 fn tools_under_the_defaults_are_kept_until_the_namespace_has_a_policy() {
+    let kept = |f: &Fleet| format!("{:?}", f.default_resolved);
     let mut sm = StateMachine::new();
     let t = Timestamp::from_millis(1_000);
     fail(&mut sm, 1, t);
@@ -106,20 +107,14 @@ fn tools_under_the_defaults_are_kept_until_the_namespace_has_a_policy() {
         BreakerState::Closed,
         "the defaults' window"
     );
-    assert_eq!(
-        format!("{:?}", sm.fleet.default_resolved),
-        "DefaultResolved(1)"
-    );
+    assert_eq!(kept(&sm.fleet), "DefaultResolved(1)");
     let copy = sm.fleet.clone();
     assert!(copy == sm.fleet);
-    assert_eq!(format!("{:?}", copy.default_resolved), "DefaultResolved(0)");
+    assert_eq!(kept(&copy), "DefaultResolved(0)");
     // One failure opens it under the policy: the resolution kept under the
     // defaults must not be used once there is one.
     apply_policy(&mut sm, 1, t);
-    assert_eq!(
-        format!("{:?}", sm.fleet.default_resolved),
-        "DefaultResolved(0)"
-    );
+    assert_eq!(kept(&sm.fleet), "DefaultResolved(0)");
     fail(&mut sm, 3, t);
     assert_eq!(lookup_state(&sm), BreakerState::Open);
 }
