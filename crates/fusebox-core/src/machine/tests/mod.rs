@@ -1,5 +1,6 @@
 //! Unit tests of the state machine, one file per command family (no IO).
 
+mod batched;
 mod probes;
 mod quotas;
 mod replay;
