@@ -18,31 +18,10 @@ ROUNDS=${ROUNDS:-30}
 WATCHERS=${WATCHERS:-1000}
 WORK=${WORK:-$(mktemp -d /tmp/fusebox-fleet.XXXXXX)}
 BASE=${BASE_PORT:-28600}
-PIDS=()
-
-stop_all() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    PIDS=()
-}
-trap stop_all EXIT
-
-[ -x "$FUSEBOX" ] || { echo "no fusebox binary at $FUSEBOX (cargo build --release -p fusebox-cli)" >&2; exit 2; }
+source "$(dirname "$0")/lib/cluster.sh"
 
 echo "== fusebox: 3 nodes, data in $WORK"
-PEERS="1=127.0.0.1:$((BASE + 1)),2=127.0.0.1:$((BASE + 2)),3=127.0.0.1:$((BASE + 3))"
-for id in 1 2 3; do
-    "$FUSEBOX" serve --id "$id" --listen "127.0.0.1:$((BASE + id))" --peers "$PEERS" \
-        --data "$WORK/$id" --http "127.0.0.1:$((BASE + 80 + id))" \
-        > "$WORK/fusebox-$id.log" 2>&1 &
-    PIDS+=($!)
-done
-ENDPOINTS="127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2)),127.0.0.1:$((BASE + 3))"
-METRICS="127.0.0.1:$((BASE + 81)),127.0.0.1:$((BASE + 82)),127.0.0.1:$((BASE + 83))"
-for _ in $(seq 1 60); do
-    "$FUSEBOX" cluster status --endpoints "$ENDPOINTS" --json 2>/dev/null | grep -q '"leader_id":[1-9]' && break
-    sleep 0.5
-done
+start_fusebox "$FUSEBOX" "$WORK" "$BASE"
 run() {
     echo "\$ fusebox bench $*"
     "$FUSEBOX" bench --endpoints "$ENDPOINTS" "$@" 2>/dev/null

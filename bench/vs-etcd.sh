@@ -21,32 +21,12 @@ SECONDS_EACH=${SECONDS_EACH:-10}
 WARMUP=${WARMUP:-2}
 WORK=${WORK:-$(mktemp -d /tmp/fusebox-vs-etcd.XXXXXX)}
 BASE=${BASE_PORT:-27600}
-PIDS=()
-
-stop_all() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    PIDS=()
-}
-trap stop_all EXIT
+source "$(dirname "$0")/lib/cluster.sh"
 
 command -v etcd >/dev/null || { echo "etcd is not on PATH (apt-get install etcd-server)" >&2; exit 2; }
-[ -x "$FUSEBOX" ] || { echo "no fusebox binary at $FUSEBOX (cargo build --release -p fusebox-cli)" >&2; exit 2; }
 
 echo "== fusebox: 3 nodes, data in $WORK/fusebox"
-PEERS="1=127.0.0.1:$((BASE + 1)),2=127.0.0.1:$((BASE + 2)),3=127.0.0.1:$((BASE + 3))"
-for id in 1 2 3; do
-    "$FUSEBOX" serve --id "$id" --listen "127.0.0.1:$((BASE + id))" --peers "$PEERS" \
-        --data "$WORK/fusebox/$id" --http "127.0.0.1:$((BASE + 80 + id))" \
-        > "$WORK/fusebox-$id.log" 2>&1 &
-    PIDS+=($!)
-done
-ENDPOINTS="127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2)),127.0.0.1:$((BASE + 3))"
-METRICS="127.0.0.1:$((BASE + 81)),127.0.0.1:$((BASE + 82)),127.0.0.1:$((BASE + 83))"
-for _ in $(seq 1 60); do
-    "$FUSEBOX" cluster status --endpoints "$ENDPOINTS" --json 2>/dev/null | grep -q '"leader_id":[1-9]' && break
-    sleep 0.5
-done
+start_fusebox "$FUSEBOX" "$WORK/fusebox" "$BASE"
 for clients in "${COUNTS[@]}"; do
     "$FUSEBOX" bench ledger --endpoints "$ENDPOINTS" --clients "$clients" \
         --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null

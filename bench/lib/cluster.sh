@@ -1,0 +1,39 @@
+# What the bench scripts share: a 3-node Fusebox cluster on loopback, and
+# stopping every process a script started. Source it, then:
+#
+#   start_fusebox BINARY DATA_DIR BASE_PORT   # sets ENDPOINTS and METRICS
+#   stop_all                                  # also run on exit
+#
+# Node N listens on BASE_PORT+N (gRPC) and BASE_PORT+80+N (metrics), keeps
+# its data in DATA_DIR/N and logs to DATA_DIR/fusebox-N.log.
+
+PIDS=()
+
+stop_all() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    PIDS=()
+}
+trap stop_all EXIT
+
+start_fusebox() {
+    local fusebox=$1 data=$2 base=$3 id
+    [ -x "$fusebox" ] || { echo "no fusebox binary at $fusebox (cargo build --release -p fusebox-cli)" >&2; exit 2; }
+    local peers="1=127.0.0.1:$((base + 1)),2=127.0.0.1:$((base + 2)),3=127.0.0.1:$((base + 3))"
+    mkdir -p "$data"
+    for id in 1 2 3; do
+        "$fusebox" serve --id "$id" --listen "127.0.0.1:$((base + id))" --peers "$peers" \
+            --data "$data/$id" --http "127.0.0.1:$((base + 80 + id))" \
+            > "$data/fusebox-$id.log" 2>&1 &
+        PIDS+=($!)
+    done
+    ENDPOINTS="127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3))"
+    METRICS="127.0.0.1:$((base + 81)),127.0.0.1:$((base + 82)),127.0.0.1:$((base + 83))"
+    for _ in $(seq 1 60); do
+        "$fusebox" cluster status --endpoints "$ENDPOINTS" --json 2>/dev/null \
+            | grep -q '"leader_id":[1-9]' && return 0
+        sleep 0.5
+    done
+    echo "the cluster elected no leader in 30 s; logs in $data" >&2
+    exit 1
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Whether writes slow down while many watch streams are open: the ledger
+# pair and outcome reports, on a fresh 3-node cluster per run, alternately
+# with no watch stream and with WATCHERS idle ones (in their own namespace,
+# so no write of the runs reaches them).
+#
+#   bench/streams-open.sh [FUSEBOX_BINARY]
+#   bench/streams-open.sh target/release/fusebox
+#
+# Environment: PAIRS (runs of each kind, default 2), WATCHERS (1000),
+# SECONDS_EACH (10), WARMUP (2), WORK (a scratch directory, default a new
+# one under /tmp), BASE_PORT (28700).
+set -euo pipefail
+
+FUSEBOX=${1:-target/release/fusebox}
+PAIRS=${PAIRS:-2}
+WATCHERS=${WATCHERS:-1000}
+SECONDS_EACH=${SECONDS_EACH:-10}
+WARMUP=${WARMUP:-2}
+WORK=${WORK:-$(mktemp -d /tmp/fusebox-streams.XXXXXX)}
+BASE=${BASE_PORT:-28700}
+# The streams stay open through both runs (a bench holds them at most 60 s).
+HOLD=$((2 * (SECONDS_EACH + WARMUP) + 15))
+[ "$HOLD" -le 60 ] || { echo "SECONDS_EACH + WARMUP must be at most 22" >&2; exit 2; }
+source "$(dirname "$0")/lib/cluster.sh"
+
+# One run on a fresh cluster with `$1` idle streams open throughout.
+run() {
+    local streams=$1 data
+    data="$WORK/run-$RANDOM"
+    echo "== $streams watch streams open"
+    start_fusebox "$FUSEBOX" "$data" "$BASE"
+    if [ "$streams" -gt 0 ]; then
+        # One change, then the streams stay open (and idle) for the pause.
+        "$FUSEBOX" bench --endpoints "$ENDPOINTS" propagation --watchers "$streams" \
+            --rounds 1 --pause-ms $((HOLD * 1000)) --namespace idle \
+            > "$data/streams.log" 2>&1 &
+        PIDS+=($!)
+        for _ in $(seq 1 60); do
+            grep -q "watch streams open" "$data/streams.log" && break
+            sleep 0.5
+        done
+        grep -q "watch streams open" "$data/streams.log" \
+            || { echo "the streams did not open; see $data/streams.log" >&2; exit 1; }
+        sleep 2
+    fi
+    "$FUSEBOX" bench --endpoints "$ENDPOINTS" ledger --clients 64 \
+        --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null
+    "$FUSEBOX" bench --endpoints "$ENDPOINTS" outcomes --clients 16 --batch 100 \
+        --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null
+    stop_all
+}
+
+for _ in $(seq 1 "$PAIRS"); do
+    run 0
+    run "$WATCHERS"
+done
