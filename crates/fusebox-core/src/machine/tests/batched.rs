@@ -5,7 +5,6 @@
 use crate::machine::*;
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
-use crate::policy::{PolicyDocument, PolicyFormat};
 use crate::time::Timestamp;
 
 const POLICY: &str = r#"
@@ -22,20 +21,7 @@ consecutive_failures = 4
 /// A machine with `POLICY` in namespace `fleet`.
 fn machine(at: Timestamp) -> StateMachine {
     let mut sm = StateMachine::new();
-    let document = PolicyDocument::parse(POLICY, PolicyFormat::Toml).unwrap();
-    let applied = sm.apply(
-        &Command::ApplyPolicy {
-            namespace: Namespace::new("fleet").unwrap(),
-            document: Box::new(document),
-            actor: "test".into(),
-            reason: "test".into(),
-        },
-        at,
-    );
-    assert!(
-        !matches!(applied.answer, Answer::Rejected(_)),
-        "{applied:?}"
-    );
+    super::apply_policy(&mut sm, "fleet", POLICY, at);
     sm
 }
 

@@ -8,10 +8,11 @@ mod resolved;
 mod snapshots;
 mod tools;
 
-use super::{Command, OutcomeReport, StateMachine};
+use super::{Answer, Command, OutcomeReport, StateMachine};
 use crate::limits::CLOCK_STEP_MS_MAX;
 use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
+use crate::policy::{PolicyDocument, PolicyFormat};
 use crate::time::Timestamp;
 
 /// Replica `r1`'s report `seq` to `ns` of one 5 ms outcome of
@@ -37,6 +38,24 @@ pub(super) fn one_outcome(
             tool_generation: 0,
         }],
     }
+}
+
+/// Applies the TOML policy `text` to `ns` at `at`; it must be accepted.
+pub(super) fn apply_policy(sm: &mut StateMachine, ns: &str, text: &str, at: Timestamp) {
+    let document = PolicyDocument::parse(text, PolicyFormat::Toml).unwrap();
+    let applied = sm.apply(
+        &Command::ApplyPolicy {
+            namespace: Namespace::new(ns).unwrap(),
+            document: Box::new(document),
+            actor: "test".into(),
+            reason: "test".into(),
+        },
+        at,
+    );
+    assert!(
+        !matches!(applied.answer, Answer::Rejected(_)),
+        "{applied:?}"
+    );
 }
 
 /// Lets time pass from `from` to `to` as a live cluster would: a `Tick` a

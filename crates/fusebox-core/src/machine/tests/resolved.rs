@@ -7,7 +7,6 @@ use crate::breaker::{BreakerKey, BreakerState};
 use crate::machine::*;
 use crate::name::{Namespace, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
-use crate::policy::{PolicyDocument, PolicyFormat};
 use crate::time::Timestamp;
 
 fn ns() -> Namespace {
@@ -18,20 +17,7 @@ fn apply_policy(sm: &mut StateMachine, failures: u32, at: Timestamp) {
     let text = format!(
         "[servers.tax.breaker]\nconsecutive_failures = 1000\n\n[servers.tax.tools.lookup.breaker]\nconsecutive_failures = {failures}\n"
     );
-    let document = PolicyDocument::parse(&text, PolicyFormat::Toml).unwrap();
-    let applied = sm.apply(
-        &Command::ApplyPolicy {
-            namespace: ns(),
-            document: Box::new(document),
-            actor: "test".into(),
-            reason: "test".into(),
-        },
-        at,
-    );
-    assert!(
-        !matches!(applied.answer, Answer::Rejected(_)),
-        "{applied:?}"
-    );
+    super::apply_policy(sm, "fleet", &text, at);
 }
 
 fn fail(sm: &mut StateMachine, seq: u64, at: Timestamp) {
