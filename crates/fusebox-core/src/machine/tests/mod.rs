@@ -40,20 +40,20 @@ pub(super) fn one_outcome(
     }
 }
 
-/// Applies the TOML policy `text` to `ns` at `at`; it must be accepted.
+/// Applies the TOML policy `text` to `ns` at `at`; it must be applied.
 pub(super) fn apply_policy(sm: &mut StateMachine, ns: &str, text: &str, at: Timestamp) {
     let document = PolicyDocument::parse(text, PolicyFormat::Toml).unwrap();
     let applied = sm.apply(
         &Command::ApplyPolicy {
             namespace: Namespace::new(ns).unwrap(),
             document: Box::new(document),
-            actor: "test".into(),
-            reason: "test".into(),
+            actor: "ops".into(),
+            reason: String::new(),
         },
         at,
     );
     assert!(
-        !matches!(applied.answer, Answer::Rejected(_)),
+        matches!(applied.answer, Answer::PolicyApplied { .. }),
         "{applied:?}"
     );
 }

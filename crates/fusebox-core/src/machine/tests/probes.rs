@@ -6,7 +6,6 @@ use crate::breaker::{BreakerKey, BreakerState, ProbeAnswer, ProbeResult};
 use crate::machine::*;
 use crate::name::{Namespace, ReplicaId, ServerName, ToolName};
 use crate::outcome::OutcomeClass;
-use crate::policy::{PolicyDocument, PolicyFormat};
 use crate::time::Timestamp;
 
 const POLICY: &str = "[defaults.breaker]\nconsecutive_failures = 2\nopen_ms = 1000\n\
@@ -36,17 +35,7 @@ fn at(ms: u64) -> Timestamp {
 /// all half-open at `at(2_000)`.
 fn all_half_open() -> StateMachine {
     let mut sm = StateMachine::new();
-    let document = PolicyDocument::parse(POLICY, PolicyFormat::Toml).unwrap();
-    let apply = Command::ApplyPolicy {
-        namespace: ns(),
-        document: Box::new(document),
-        actor: "ops".into(),
-        reason: String::new(),
-    };
-    assert!(matches!(
-        sm.apply(&apply, at(0)).answer,
-        Answer::PolicyApplied { .. }
-    ));
+    super::apply_policy(&mut sm, "fleet", POLICY, at(0));
     let failure = |tool: &str| OutcomeReport {
         server: ServerName::new("search").unwrap(),
         tool: ToolName::new(tool).unwrap(),

@@ -275,19 +275,7 @@ fn a_tool_slower_than_disclosed_is_penalized_and_cleared_as_time_passes() {
 }
 
 fn apply_policy(sm: &mut StateMachine, toml: &str) {
-    let document = PolicyDocument::parse(toml, PolicyFormat::Toml).unwrap();
-    let apply = Command::ApplyPolicy {
-        namespace: ns(),
-        document: Box::new(document),
-        actor: "ops".into(),
-        reason: String::new(),
-    };
-    let applied = sm.apply(&apply, now());
-    assert!(
-        !matches!(applied.answer, Answer::Rejected(_)),
-        "{:?}",
-        applied.answer
-    );
+    super::apply_policy(sm, "fleet", toml, now());
 }
 
 #[test]
