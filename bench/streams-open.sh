@@ -24,10 +24,9 @@ HOLD=$((2 * (SECONDS_EACH + WARMUP) + 15))
 [ "$HOLD" -le 60 ] || { echo "SECONDS_EACH + WARMUP must be at most 22" >&2; exit 2; }
 source "$(dirname "$0")/lib/cluster.sh"
 
-# One run on a fresh cluster with `$1` idle streams open throughout.
+# Run `$1` on a fresh cluster with `$2` idle streams open throughout.
 run() {
-    local streams=$1 data
-    data="$WORK/run-$RANDOM"
+    local streams=$2 data="$WORK/run-$1"
     echo "== $streams watch streams open"
     start_fusebox "$FUSEBOX" "$data" "$BASE"
     if [ "$streams" -gt 0 ]; then
@@ -51,7 +50,7 @@ run() {
     stop_all
 }
 
-for _ in $(seq 1 "$PAIRS"); do
-    run 0
-    run "$WATCHERS"
+for pair in $(seq 1 "$PAIRS"); do
+    run "$pair-none" 0
+    run "$pair-streams" "$WATCHERS"
 done
