@@ -392,6 +392,11 @@ impl AuthTable {
         self.principals.iter()
     }
 
+    /// The record of the token with `id`.
+    pub fn token(&self, id: &str) -> Option<&TokenRecord> {
+        self.tokens.get(id)
+    }
+
     /// Every token record, in id order.
     pub fn tokens(&self) -> impl Iterator<Item = (&String, &TokenRecord)> {
         self.tokens.iter()

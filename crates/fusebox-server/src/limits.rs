@@ -32,9 +32,10 @@ pub const WATCH_HEARTBEAT_MS: u64 = 5_000;
 /// Events the hub keeps so a reconnecting watcher resumes from its last
 /// revision; one older than these gets a fresh snapshot instead.
 pub const WATCH_HISTORY_EVENTS_MAX: usize = 16_384;
-/// Live events buffered per subscriber before it lags and must resync,
-/// so a stuck subscriber never holds back the apply path.
-pub const WATCH_CHANNEL_EVENTS_MAX: usize = 4_096;
+/// Live events of one namespace buffered per subscriber before it lags and
+/// must resync, so a stuck subscriber never holds back the apply path. Each
+/// watched namespace has a channel of this many slots (a pointer each).
+pub const WATCH_CHANNEL_EVENTS_MAX: usize = 1_024;
 
 // Leader forwarding (`api/forward.rs`).
 
@@ -200,6 +201,8 @@ pub const SERVER_PING_TIMEOUT_MS: u64 = 10_000;
 /// client decodes.
 pub const WATCH_CHUNK_BYTES_MAX: usize = 1024 * 1024;
 
-/// How often an open watch stream proves its caller again (a revoked
-/// token, a removed principal or a narrowed grant ends it), in ms.
-pub const WATCH_RECHECK_MS: u64 = 500;
+/// The longest a watch stream opened with an expiring token goes without
+/// proving its caller again, in ms, for a wall clock that jumps past the
+/// expiry. Every stream proves its caller at once whenever the node applies
+/// a change to the auth table, and when its token expires.
+pub const WATCH_RECHECK_MS: u64 = 5_000;

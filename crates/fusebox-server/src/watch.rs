@@ -6,13 +6,19 @@
 //! The hub keeps the last [`WATCH_HISTORY_EVENTS_MAX`] events so a client that
 //! reconnects with its last revision gets only what it missed; older
 //! revisions get a fresh snapshot, flagged `resync_required`.
+//!
+//! Each watched namespace has a channel of its own, so an event wakes only
+//! the streams of its namespace: a busy namespace neither wakes nor lags the
+//! streams of another. A channel is dropped once its last subscriber has
+//! gone. Events are shared (`Arc`), not copied, between the history and
+//! every channel.
 
 use crate::limits::{WATCH_CHANNEL_EVENTS_MAX, WATCH_HISTORY_EVENTS_MAX};
 use fusebox_core::breaker::BreakerView;
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_core::Namespace;
-use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::broadcast;
 
 /// A namespace's watchable state at one revision.
@@ -55,28 +61,20 @@ pub struct WatchStart {
     /// The requested revision was older than the hub remembers.
     pub resync_required: bool,
     /// Missed events of this namespace after the requested revision.
-    pub backlog: Vec<WatchEvent>,
-    /// Live events of every namespace; filter by namespace. A lagged
-    /// receiver must resubscribe from its last revision.
-    pub events: broadcast::Receiver<WatchEvent>,
+    pub backlog: Vec<Arc<WatchEvent>>,
+    /// Live events of this namespace. A lagged receiver must resubscribe
+    /// from its last revision.
+    pub events: broadcast::Receiver<Arc<WatchEvent>>,
 }
 
 /// Fans applied events out to watchers and remembers recent ones.
+#[derive(Default)]
 pub struct WatchHub {
-    history: Mutex<VecDeque<WatchEvent>>,
-    /// Replaced when a snapshot is installed, which closes every live
-    /// subscription.
-    tx: Mutex<broadcast::Sender<WatchEvent>>,
-}
-
-impl Default for WatchHub {
-    fn default() -> Self {
-        let (tx, _) = broadcast::channel(WATCH_CHANNEL_EVENTS_MAX);
-        WatchHub {
-            history: Mutex::new(VecDeque::new()),
-            tx: Mutex::new(tx),
-        }
-    }
+    history: Mutex<VecDeque<Arc<WatchEvent>>>,
+    /// One channel per namespace with subscribers (at most one per
+    /// namespace the cluster holds). Cleared when a snapshot is installed,
+    /// which closes every live subscription.
+    channels: Mutex<BTreeMap<Namespace, broadcast::Sender<Arc<WatchEvent>>>>,
 }
 
 impl WatchHub {
@@ -90,18 +88,29 @@ impl WatchHub {
         if events.is_empty() {
             return;
         }
+        let events: Vec<Arc<WatchEvent>> = events.iter().cloned().map(Arc::new).collect();
         if let Ok(mut history) = self.history.lock() {
-            for event in events {
+            for event in &events {
                 if history.len() >= WATCH_HISTORY_EVENTS_MAX {
                     history.pop_front();
                 }
-                history.push_back(event.clone());
+                history.push_back(Arc::clone(event));
             }
         }
-        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if channels.is_empty() {
+            return;
+        }
         for event in events {
-            // No receivers is fine: nobody is watching.
-            let _ = tx.send(event.clone());
+            let namespace = event.namespace();
+            let Some(tx) = channels.get(namespace) else {
+                continue;
+            };
+            // Fails only when nobody is left watching the namespace.
+            if tx.send(Arc::clone(&event)).is_err() {
+                let namespace = namespace.clone();
+                channels.remove(&namespace);
+            }
         }
     }
 
@@ -116,8 +125,10 @@ impl WatchHub {
         if let Ok(mut history) = self.history.lock() {
             history.clear();
         }
-        let (fresh, _) = broadcast::channel(WATCH_CHANNEL_EVENTS_MAX);
-        *self.tx.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Subscribes; call with the state lock held so nothing slips between.
@@ -127,11 +138,15 @@ impl WatchHub {
         namespace: &Namespace,
         from_revision: Option<u64>,
     ) -> WatchStart {
-        let events = self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .subscribe();
+        let events = {
+            let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+            // Namespaces whose watchers have all gone since their last event.
+            channels.retain(|_, tx| tx.receiver_count() > 0);
+            channels
+                .entry(namespace.clone())
+                .or_insert_with(|| broadcast::channel(WATCH_CHANNEL_EVENTS_MAX).0)
+                .subscribe()
+        };
         let backlog = from_revision.and_then(|r| self.backlog_after(state, namespace, r));
         let resync_required = from_revision.is_some() && backlog.is_none();
         let snapshot = backlog
@@ -152,7 +167,7 @@ impl WatchHub {
         state: &SharedStateMachine,
         namespace: &Namespace,
         revision: u64,
-    ) -> Option<Vec<WatchEvent>> {
+    ) -> Option<Vec<Arc<WatchEvent>>> {
         if revision > state.revision() {
             return None;
         }
@@ -191,5 +206,43 @@ mod tests {
         // A new subscription after the reset is live again.
         let mut fresh = hub.subscribe(&state, &ns, None).events;
         assert_eq!(fresh.try_recv(), Err(TryRecvError::Empty));
+    }
+
+    fn kill_switch(revision: u64, namespace: &Namespace) -> WatchEvent {
+        WatchEvent::KillSwitch {
+            revision,
+            namespace: namespace.clone(),
+            writes_blocked: true,
+        }
+    }
+
+    #[test]
+    fn an_event_reaches_only_the_subscribers_of_its_namespace() {
+        let hub = WatchHub::new();
+        let state: SharedStateMachine = fusebox_core::machine::StateMachine::new()
+            .map_ledger(|l| Box::new(l) as fusebox_core::ledger::BoxedLedger);
+        let busy = Namespace::new("busy").expect("valid name");
+        let idle = Namespace::new("idle").expect("valid name");
+        let mut busy_rx = hub.subscribe(&state, &busy, None).events;
+        let mut idle_rx = hub.subscribe(&state, &idle, None).events;
+
+        hub.publish(&[kill_switch(1, &busy), kill_switch(2, &busy)]);
+        let got: Vec<u64> = (0..2)
+            .map(|_| busy_rx.try_recv().expect("an event").revision())
+            .collect();
+        assert_eq!(got, vec![1, 2]);
+        assert_eq!(idle_rx.try_recv(), Err(TryRecvError::Empty));
+
+        // The idle namespace's channel goes with its last subscriber.
+        drop(idle_rx);
+        hub.publish(&[kill_switch(3, &idle)]);
+        let watched: Vec<Namespace> = hub
+            .channels
+            .lock()
+            .expect("hub lock")
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(watched, vec![busy]);
     }
 }

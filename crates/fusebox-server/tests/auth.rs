@@ -361,6 +361,56 @@ async fn revoking_a_token_ends_the_watch_streams_it_opened() {
 }
 
 #[tokio::test]
+async fn a_watch_stream_ends_when_its_token_expires() {
+    let node = node().await;
+    let ttl = Duration::from_millis(1_500);
+    let mut short = Request::new(IssueTokenRequest {
+        name: "watcher-e".into(),
+        role: "agent".into(),
+        namespaces: vec![OWN.into()],
+        ttl_ms: u64::try_from(ttl.as_millis()).unwrap(),
+        ..Default::default()
+    });
+    bearer(&mut short, &node.admin);
+    let token = AuthClient::new(node.channel.clone())
+        .issue_token(short)
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    let issued_at = std::time::Instant::now();
+    let mut watch = Request::new(fusebox_proto::v1::WatchRequest {
+        namespace: OWN.into(),
+        ..Default::default()
+    });
+    bearer(&mut watch, &token);
+    let mut stream = fusebox_proto::v1::breakers_client::BreakersClient::new(node.channel.clone())
+        .watch(watch)
+        .await
+        .unwrap()
+        .into_inner();
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
+            Ok(Ok(Some(_))) => continue,
+            Ok(Ok(None)) => panic!("the stream ended without saying why"),
+            Ok(Err(status)) => break status,
+            Err(_) => panic!("the stream outlived its token by 10 s"),
+        }
+    };
+    let lasted = issued_at.elapsed();
+    assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
+    assert!(ended.message().contains("expired"), "{ended:?}");
+    // At the expiry, not at the next periodic recheck (WATCH_RECHECK_MS,
+    // 5 s): nothing else changes the auth table meanwhile.
+    assert!(
+        // The server set the expiry before it answered the issue call.
+        lasted >= ttl - Duration::from_millis(500) && lasted < ttl + Duration::from_millis(1_500),
+        "the stream lasted {lasted:?} on a token of {ttl:?}"
+    );
+    node.node.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_flood_of_bad_tokens_is_slowed_by_address() {
     let node = node_with(CallerLimits {
         requests_per_second: 5,

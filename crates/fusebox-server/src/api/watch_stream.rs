@@ -12,22 +12,24 @@
 //! receiver lags; the pump then resubscribes from the last revision it sent
 //! and sends either the missed events or `resync_required` and a fresh
 //! snapshot. A quiet namespace gets a heartbeat every [`WATCH_HEARTBEAT_MS`].
-//! The pump ends when the client goes away (the channel closes) or the node
-//! stops publishing.
+//! The pump ends when the client goes away (the channel closes), the node
+//! stops publishing, or the caller may no longer watch ([`Recheck::revoked`]).
+//! An idle stream wakes only for its heartbeat.
 
 use super::convert::{watch::events_to_proto, watch::snapshot_to_proto};
 use super::gateway::Gateway;
 use super::status;
 use crate::auth::{Recheck, StreamPermit};
 use crate::backend::Backend;
-use crate::limits::{
-    WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_RECHECK_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS,
-};
+use crate::limits::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
 use crate::watch::{WatchSnapshot, WatchStart};
 use fusebox_core::machine::WatchEvent;
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::watch_event::Event;
+use std::future::pending;
+use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::mpsc;
@@ -46,9 +48,9 @@ struct Stopped;
 #[allow(clippy::large_enum_variant)]
 enum Wake {
     ClientGone,
-    Event(Result<WatchEvent, RecvError>),
+    Event(Result<Arc<WatchEvent>, RecvError>),
     Quiet,
-    Recheck,
+    Revoked(Status),
 }
 
 /// The refusal of a node outside the membership: watch another node.
@@ -96,8 +98,8 @@ struct Pump<B> {
     last_sent: u64,
     /// The caller's stream slot, freed when the pump ends.
     _slot: Option<StreamPermit>,
-    /// Proves the caller again every [`WATCH_RECHECK_MS`]: a revoked token
-    /// or a narrowed grant ends the stream.
+    /// Proves the caller again: a revoked token or a narrowed grant ends
+    /// the stream.
     recheck: Option<Recheck>,
 }
 
@@ -110,21 +112,26 @@ impl<B: Backend> Pump<B> {
         let period = Duration::from_millis(WATCH_HEARTBEAT_MS);
         let mut heartbeat = interval_at(Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let every = Duration::from_millis(WATCH_RECHECK_MS);
-        let mut recheck = interval_at(Instant::now() + every, every);
-        recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let recheck = self.recheck.take();
+        let namespace = self.namespace.clone();
+        let mut revoked = pin!(async move {
+            match recheck {
+                Some(recheck) => recheck.revoked(namespace).await,
+                None => pending().await,
+            }
+        });
         loop {
             let wake = tokio::select! {
                 () = self.tx.closed() => Wake::ClientGone,
                 received = events.recv() => Wake::Event(received),
                 _ = heartbeat.tick() => Wake::Quiet,
-                _ = recheck.tick() => Wake::Recheck,
+                status = &mut revoked => Wake::Revoked(status),
             };
             let step = match wake {
                 Wake::ClientGone => Err(Stopped),
                 Wake::Event(received) => self.on_event(received, &mut events).await,
                 Wake::Quiet => self.heartbeat().await,
-                Wake::Recheck => self.recheck().await,
+                Wake::Revoked(status) => self.fail(status).await,
             };
             match step {
                 Ok(true) => heartbeat.reset(),
@@ -138,12 +145,12 @@ impl<B: Backend> Pump<B> {
     /// Handles one broadcast result; `Ok(true)` when something was sent.
     async fn on_event(
         &mut self,
-        received: Result<WatchEvent, RecvError>,
-        events: &mut broadcast::Receiver<WatchEvent>,
+        received: Result<Arc<WatchEvent>, RecvError>,
+        events: &mut broadcast::Receiver<Arc<WatchEvent>>,
     ) -> Result<bool, Stopped> {
         match received {
             Ok(event) => {
-                if event.namespace() != &self.namespace || event.revision() <= self.last_sent {
+                if event.revision() <= self.last_sent {
                     return Ok(false);
                 }
                 self.send_events(vec![event]).await?;
@@ -181,7 +188,7 @@ impl<B: Backend> Pump<B> {
     async fn begin(
         &mut self,
         start: WatchStart,
-    ) -> Result<broadcast::Receiver<WatchEvent>, Stopped> {
+    ) -> Result<broadcast::Receiver<Arc<WatchEvent>>, Stopped> {
         let WatchStart {
             snapshot,
             resync_required,
@@ -192,7 +199,7 @@ impl<B: Backend> Pump<B> {
         if let Some(snapshot) = snapshot {
             self.send_snapshot(snapshot, resync_required).await?;
         }
-        let backlog: Vec<WatchEvent> = backlog
+        let backlog: Vec<Arc<WatchEvent>> = backlog
             .into_iter()
             .filter(|e| e.revision() > self.last_sent)
             .collect();
@@ -235,7 +242,7 @@ impl<B: Backend> Pump<B> {
         Ok(())
     }
 
-    async fn send_events(&mut self, events: Vec<WatchEvent>) -> Result<(), Stopped> {
+    async fn send_events(&mut self, events: Vec<Arc<WatchEvent>>) -> Result<(), Stopped> {
         let ns = self.namespace.clone();
         let converted = self
             .gateway
@@ -285,18 +292,6 @@ impl<B: Backend> Pump<B> {
     }
 
     /// Ends the stream with `status` (the client learns why).
-    /// Ends the stream if its caller may no longer watch the namespace.
-    async fn recheck(&self) -> Result<bool, Stopped> {
-        match self
-            .recheck
-            .as_ref()
-            .map(|r| r.still_allowed(&self.namespace))
-        {
-            Some(Err(status)) => self.fail(status).await,
-            _ => Ok(false),
-        }
-    }
-
     async fn fail<T>(&self, status: Status) -> Result<T, Stopped> {
         tracing::warn!(namespace = %self.namespace, error = %status.message(), "watch stream failed");
         let _ = self.tx.send(Err(status)).await;

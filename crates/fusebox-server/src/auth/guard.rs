@@ -21,16 +21,17 @@
 use super::limits::{CallerLimits, Meter, StreamPermit};
 use super::rules::{rule_for, Rule};
 use super::{Caller, Via};
-use crate::limits::GRPC_REQUEST_TIMEOUT_MS;
+use crate::limits::{GRPC_REQUEST_TIMEOUT_MS, WATCH_RECHECK_MS};
 use crate::node::incoming::ConnInfo;
-use fusebox_core::auth::{AuthTable, Role};
+use fusebox_core::auth::{AuthTable, PresentedToken, Role};
 use fusebox_core::{Namespace, Timestamp};
 use futures::future::{ready, Either, Ready};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::codegen::http::{HeaderMap, Request, Response};
@@ -43,25 +44,37 @@ use tracing::Instrument;
 /// names that caller in.
 pub const FORWARDED_CALLER_HEADER: &str = "x-fusebox-caller";
 
-/// The auth table this node last applied, shared with the guard.
-#[derive(Clone, Debug, Default)]
-pub struct PublishedAuth(Arc<RwLock<Arc<AuthTable>>>);
+/// The auth table this node last applied, shared with the guard and with
+/// the open watch streams, which wait on its changes ([`Recheck::revoked`]).
+#[derive(Clone, Debug)]
+pub struct PublishedAuth(Arc<watch::Sender<Arc<AuthTable>>>);
+
+impl Default for PublishedAuth {
+    fn default() -> Self {
+        PublishedAuth(Arc::new(watch::Sender::new(Arc::default())))
+    }
+}
 
 impl PublishedAuth {
     /// The table now.
     pub fn current(&self) -> Arc<AuthTable> {
-        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(&self.0.borrow())
     }
 
-    /// Publishes `table` if it is not the one published. Every change
-    /// bumps the replicated version, so one version is one table: the
-    /// common case (an entry that did not touch auth) costs a read lock.
+    /// Publishes `table` if it is not the one published, waking whoever
+    /// waits on a change. Every change bumps the replicated version, so one
+    /// version is one table: the common case (an entry that did not touch
+    /// auth) costs a read lock.
     pub fn publish(&self, table: &AuthTable) {
-        if self.current().version() == table.version() {
+        if self.0.borrow().version() == table.version() {
             return;
         }
-        let mut slot = self.0.write().unwrap_or_else(PoisonError::into_inner);
-        *slot = Arc::new(table.clone());
+        self.0.send_replace(Arc::new(table.clone()));
+    }
+
+    /// A receiver that sees every table published from now on.
+    fn changes(&self) -> watch::Receiver<Arc<AuthTable>> {
+        self.0.subscribe()
     }
 }
 
@@ -98,8 +111,9 @@ pub struct Admitted {
 }
 
 /// What a stream's caller proved when it opened, to be proved again while
-/// the stream lasts: a token revoked, a principal removed or narrowed, or
-/// enforcement switched on ends the stream (`api/watch_stream.rs`).
+/// the stream lasts: a token revoked or expired, a principal removed or
+/// narrowed, or enforcement switched on ends the stream
+/// (`api/watch_stream.rs`).
 #[derive(Clone)]
 pub struct Recheck {
     table: PublishedAuth,
@@ -116,10 +130,57 @@ enum Proof {
 }
 
 impl Recheck {
-    /// Whether the caller may still watch `ns`, by the table applied now.
-    pub fn still_allowed(&self, ns: &Namespace) -> Result<(), Status> {
-        let table = self.table.current();
-        let now = Timestamp::from_millis(self.node.now_ms());
+    /// Resolves, with the status to end the stream with, once the caller
+    /// may no longer watch `ns`.
+    ///
+    /// It proves the caller again whenever the node publishes a new auth
+    /// table and when the caller's token expires, so an idle stream costs
+    /// nothing between changes. A stream opened with an expiring token also
+    /// proves it every [`WATCH_RECHECK_MS`], for a wall clock that jumps
+    /// past the expiry.
+    pub async fn revoked(self, ns: Namespace) -> Status {
+        let mut changes = self.table.changes();
+        let mut publishing = true;
+        loop {
+            let table = self.table.current();
+            let now_ms = self.node.now_ms();
+            if let Err(status) = self.allowed_by(&table, &ns, now_ms) {
+                return status;
+            }
+            // Only a token's expiry depends on the clock.
+            let wait = self
+                .token_expiry(&table)
+                .map(|at| at.as_millis().saturating_sub(now_ms).min(WATCH_RECHECK_MS));
+            let timer = async move {
+                match wait {
+                    Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            if publishing {
+                tokio::select! {
+                    changed = changes.changed() => publishing = changed.is_ok(),
+                    () = timer => {}
+                }
+            } else {
+                timer.await;
+            }
+        }
+    }
+
+    /// When the caller's token stops being accepted, if it was proved by
+    /// one that expires.
+    fn token_expiry(&self, table: &AuthTable) -> Option<Timestamp> {
+        let Proof::Token(token) = &self.proof else {
+            return None;
+        };
+        let presented = PresentedToken::parse(token)?;
+        table.token(presented.id)?.expires_at
+    }
+
+    /// Whether the caller may watch `ns` by `table` at `now_ms`.
+    fn allowed_by(&self, table: &AuthTable, ns: &Namespace, now_ms: u64) -> Result<(), Status> {
+        let now = Timestamp::from_millis(now_ms);
         let (role, grant) = match &self.proof {
             Proof::Token(token) => match table.authenticate(token, now) {
                 Ok((_, p)) => (p.role, p.namespaces.clone()),

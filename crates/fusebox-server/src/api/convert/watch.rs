@@ -18,12 +18,13 @@ use fusebox_core::tools::ToolId;
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::watch_event::Event;
+use std::sync::Arc;
 
 /// Events of `ns` on the wire, in the order given.
 pub fn events_to_proto(
     state: &SharedStateMachine,
     ns: &Namespace,
-    events: &[WatchEvent],
+    events: &[Arc<WatchEvent>],
 ) -> Vec<pb::WatchEvent> {
     events
         .iter()
