@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Whether writes slow down while many watch streams are open: the ledger
-# pair and outcome reports, on a fresh 3-node cluster per run, alternately
-# with no watch stream and with WATCHERS idle ones (in their own namespace,
-# so no write of the runs reaches them).
+# pair, outcome reports, and breaker changes that publish watch events (an
+# operator's force-open, watched by 16 streams of the writes' namespace),
+# on a fresh 3-node cluster per run, alternately with no other watch stream
+# and with WATCHERS idle ones (in a namespace of their own, so no write of
+# the runs is theirs).
 #
 #   bench/streams-open.sh [FUSEBOX_BINARY]
 #   bench/streams-open.sh target/release/fusebox
 #
 # Environment: PAIRS (runs of each kind, default 2), WATCHERS (1000),
-# SECONDS_EACH (10), WARMUP (2), WORK (a scratch directory, default a new
-# one under /tmp), BASE_PORT (28700).
+# SECONDS_EACH (10), WARMUP (2), ROUNDS (force-opens, 100), WORK (a scratch
+# directory, default a new one under /tmp), BASE_PORT (28700).
 set -euo pipefail
 
 FUSEBOX=${1:-target/release/fusebox}
@@ -17,11 +19,13 @@ PAIRS=${PAIRS:-2}
 WATCHERS=${WATCHERS:-1000}
 SECONDS_EACH=${SECONDS_EACH:-10}
 WARMUP=${WARMUP:-2}
+ROUNDS=${ROUNDS:-100}
 WORK=${WORK:-$(mktemp -d /tmp/fusebox-streams.XXXXXX)}
 BASE=${BASE_PORT:-28700}
-# The streams stay open through both runs (a bench holds them at most 60 s).
-HOLD=$((2 * (SECONDS_EACH + WARMUP) + 15))
-[ "$HOLD" -le 60 ] || { echo "SECONDS_EACH + WARMUP must be at most 22" >&2; exit 2; }
+# The streams stay open through all three runs (a bench holds them at most
+# 60 s); a force-open round takes about 0.1 s.
+HOLD=$((2 * (SECONDS_EACH + WARMUP) + ROUNDS / 10 + 20))
+[ "$HOLD" -le 60 ] || { echo "2 × (SECONDS_EACH + WARMUP) + ROUNDS / 10 must be at most 40" >&2; exit 2; }
 source "$(dirname "$0")/lib/cluster.sh"
 
 # Run `$1` on a fresh cluster with `$2` idle streams open throughout.
@@ -47,7 +51,12 @@ run() {
         --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null
     "$FUSEBOX" bench --endpoints "$ENDPOINTS" outcomes --clients 16 --batch 100 \
         --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null
+    "$FUSEBOX" bench --endpoints "$ENDPOINTS" propagation --watchers 16 --rounds "$ROUNDS" \
+        --metrics "$METRICS" 2>/dev/null
     stop_all
+    # The nodes' data (hundreds of MiB a run) goes now, so that writing it
+    # back does not load the next run; the logs stay.
+    rm -rf "$data"/1 "$data"/2 "$data"/3
 }
 
 for pair in $(seq 1 "$PAIRS"); do
