@@ -30,7 +30,7 @@ source "$(dirname "$0")/lib/cluster.sh"
 
 # Run `$1` on a fresh cluster with `$2` idle streams open throughout.
 run() {
-    local streams=$2 data="$WORK/run-$1"
+    local streams=$2 data="$WORK/run-$1" holder=""
     echo "== $streams watch streams open"
     start_fusebox "$FUSEBOX" "$data" "$BASE"
     if [ "$streams" -gt 0 ]; then
@@ -38,7 +38,8 @@ run() {
         "$FUSEBOX" bench --endpoints "$ENDPOINTS" propagation --watchers "$streams" \
             --rounds 1 --pause-ms $((HOLD * 1000)) --namespace idle \
             > "$data/streams.log" 2>&1 &
-        PIDS+=($!)
+        holder=$!
+        PIDS+=("$holder")
         for _ in $(seq 1 60); do
             grep -q "watch streams open" "$data/streams.log" && break
             sleep 0.5
@@ -53,13 +54,24 @@ run() {
         --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null
     "$FUSEBOX" bench --endpoints "$ENDPOINTS" propagation --watchers 16 --rounds "$ROUNDS" \
         --metrics "$METRICS" 2>/dev/null
+    if [ -n "$holder" ] && ! kill -0 "$holder" 2>/dev/null; then
+        echo "the idle streams closed before the run ended; see $data/streams.log" >&2
+        exit 1
+    fi
     stop_all
     # The nodes' data (hundreds of MiB a run) goes now, so that writing it
     # back does not load the next run; the logs stay.
     rm -rf "$data"/1 "$data"/2 "$data"/3
 }
 
+# Each pair runs in the other order from the last, so that a drift over
+# the sitting does not pass for a cost of the streams.
 for pair in $(seq 1 "$PAIRS"); do
-    run "$pair-none" 0
-    run "$pair-streams" "$WATCHERS"
+    if [ $((pair % 2)) -eq 1 ]; then
+        run "$pair-none" 0
+        run "$pair-streams" "$WATCHERS"
+    else
+        run "$pair-streams" "$WATCHERS"
+        run "$pair-none" 0
+    fi
 done

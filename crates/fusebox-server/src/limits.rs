@@ -32,10 +32,17 @@ pub const WATCH_HEARTBEAT_MS: u64 = 5_000;
 /// Events the hub keeps so a reconnecting watcher resumes from its last
 /// revision; one older than these gets a fresh snapshot instead.
 pub const WATCH_HISTORY_EVENTS_MAX: usize = 16_384;
-/// Live events of one namespace buffered per subscriber before it lags and
-/// must resync, so a stuck subscriber never holds back the apply path. Each
-/// watched namespace has a channel of this many slots (a pointer each).
-pub const WATCH_CHANNEL_EVENTS_MAX: usize = 1_024;
+/// Applied entries with events of one namespace buffered per subscriber
+/// before it lags and must resync, so a stuck subscriber never holds back
+/// the apply path. An entry's events of a namespace are one message, however
+/// many. Each watched namespace has a channel of this many slots, allocated
+/// up front (about 32 bytes each: 32 KiB a channel).
+pub const WATCH_CHANNEL_ENTRIES_MAX: usize = 1_024;
+/// Namespaces one node serves watch streams of at once (one channel each);
+/// a stream of one more is refused. As many as a cluster may hold
+/// (`fusebox_core::limits::NAMESPACES_MAX`); a stream may watch a namespace
+/// before it exists.
+pub const WATCHED_NAMESPACES_MAX: usize = fusebox_core::limits::NAMESPACES_MAX;
 
 // Leader forwarding (`api/forward.rs`).
 

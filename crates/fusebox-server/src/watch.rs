@@ -9,11 +9,15 @@
 //!
 //! Each watched namespace has a channel of its own, so an event wakes only
 //! the streams of its namespace: a busy namespace neither wakes nor lags the
-//! streams of another. A channel is dropped once its last subscriber has
-//! gone. Events are shared (`Arc`), not copied, between the history and
-//! every channel.
+//! streams of another. A channel carries one message per applied entry (that
+//! entry's events of the namespace, [`WatchBatch`]), so a burst of any size
+//! (a tick that moves thousands of breakers) is one message, not thousands.
+//! A channel is dropped once its last subscriber has gone, and a node keeps
+//! at most [`WATCHED_NAMESPACES_MAX`]. Events are shared (`Arc`), not copied,
+//! between the history and every channel.
 
-use crate::limits::{WATCH_CHANNEL_EVENTS_MAX, WATCH_HISTORY_EVENTS_MAX};
+use crate::backend::BackendError;
+use crate::limits::{WATCHED_NAMESPACES_MAX, WATCH_CHANNEL_ENTRIES_MAX, WATCH_HISTORY_EVENTS_MAX};
 use fusebox_core::breaker::BreakerView;
 use fusebox_core::machine::{SharedStateMachine, WatchEvent};
 use fusebox_core::Namespace;
@@ -64,17 +68,20 @@ pub struct WatchStart {
     pub backlog: Vec<Arc<WatchEvent>>,
     /// Live events of this namespace. A lagged receiver must resubscribe
     /// from its last revision.
-    pub events: broadcast::Receiver<Arc<WatchEvent>>,
+    pub events: broadcast::Receiver<WatchBatch>,
 }
+
+/// One applied entry's events of one namespace, in revision order.
+pub type WatchBatch = Arc<[Arc<WatchEvent>]>;
 
 /// Fans applied events out to watchers and remembers recent ones.
 #[derive(Default)]
 pub struct WatchHub {
     history: Mutex<VecDeque<Arc<WatchEvent>>>,
-    /// One channel per namespace with subscribers (at most one per
-    /// namespace the cluster holds). Cleared when a snapshot is installed,
+    /// One channel per namespace with subscribers, at most
+    /// [`WATCHED_NAMESPACES_MAX`]. Cleared when a snapshot is installed,
     /// which closes every live subscription.
-    channels: Mutex<BTreeMap<Namespace, broadcast::Sender<Arc<WatchEvent>>>>,
+    channels: Mutex<BTreeMap<Namespace, broadcast::Sender<WatchBatch>>>,
 }
 
 impl WatchHub {
@@ -101,15 +108,21 @@ impl WatchHub {
         if channels.is_empty() {
             return;
         }
-        for event in events {
-            let namespace = event.namespace();
-            let Some(tx) = channels.get(namespace) else {
-                continue;
-            };
+        let mut batches: BTreeMap<&Namespace, Vec<Arc<WatchEvent>>> = BTreeMap::new();
+        for event in events
+            .iter()
+            .filter(|e| channels.contains_key(e.namespace()))
+        {
+            batches
+                .entry(event.namespace())
+                .or_default()
+                .push(Arc::clone(event));
+        }
+        for (namespace, batch) in batches {
+            let sent = channels.get(namespace).map(|tx| tx.send(batch.into()));
             // Fails only when nobody is left watching the namespace.
-            if tx.send(Arc::clone(&event)).is_err() {
-                let namespace = namespace.clone();
-                channels.remove(&namespace);
+            if matches!(sent, Some(Err(_))) {
+                channels.remove(namespace);
             }
         }
     }
@@ -132,19 +145,29 @@ impl WatchHub {
     }
 
     /// Subscribes; call with the state lock held so nothing slips between.
+    /// Refused when the node already serves streams of
+    /// [`WATCHED_NAMESPACES_MAX`] other namespaces.
     pub fn subscribe(
         &self,
         state: &SharedStateMachine,
         namespace: &Namespace,
         from_revision: Option<u64>,
-    ) -> WatchStart {
+    ) -> Result<WatchStart, BackendError> {
         let events = {
             let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-            // Namespaces whose watchers have all gone since their last event.
-            channels.retain(|_, tx| tx.receiver_count() > 0);
+            if !channels.contains_key(namespace) && channels.len() >= WATCHED_NAMESPACES_MAX {
+                // Namespaces whose watchers have all gone since their last event.
+                channels.retain(|_, tx| tx.receiver_count() > 0);
+                if channels.len() >= WATCHED_NAMESPACES_MAX {
+                    return Err(BackendError::LimitReached {
+                        limit: "watched_namespaces_max",
+                        max: WATCHED_NAMESPACES_MAX,
+                    });
+                }
+            }
             channels
                 .entry(namespace.clone())
-                .or_insert_with(|| broadcast::channel(WATCH_CHANNEL_EVENTS_MAX).0)
+                .or_insert_with(|| broadcast::channel(WATCH_CHANNEL_ENTRIES_MAX).0)
                 .subscribe()
         };
         let backlog = from_revision.and_then(|r| self.backlog_after(state, namespace, r));
@@ -152,13 +175,13 @@ impl WatchHub {
         let snapshot = backlog
             .is_none()
             .then(|| WatchSnapshot::of(state, namespace));
-        WatchStart {
+        Ok(WatchStart {
             namespace: namespace.clone(),
             snapshot,
             resync_required,
             backlog: backlog.unwrap_or_default(),
             events,
-        }
+        })
     }
 
     /// Events of `namespace` after `revision`, or `None` if some were forgotten.
@@ -194,18 +217,19 @@ mod tests {
     use super::*;
     use tokio::sync::broadcast::error::TryRecvError;
 
-    #[test]
-    fn installing_a_snapshot_closes_live_subscriptions_and_forgets_history() {
-        let hub = WatchHub::new();
-        let state: SharedStateMachine = fusebox_core::machine::StateMachine::new()
-            .map_ledger(|l| Box::new(l) as fusebox_core::ledger::BoxedLedger);
-        let ns = Namespace::new("fleet").expect("valid name");
-        let mut live = hub.subscribe(&state, &ns, None).events;
-        hub.reset();
-        assert_eq!(live.try_recv(), Err(TryRecvError::Closed));
-        // A new subscription after the reset is live again.
-        let mut fresh = hub.subscribe(&state, &ns, None).events;
-        assert_eq!(fresh.try_recv(), Err(TryRecvError::Empty));
+    fn state() -> SharedStateMachine {
+        fusebox_core::machine::StateMachine::new()
+            .map_ledger(|l| Box::new(l) as fusebox_core::ledger::BoxedLedger)
+    }
+
+    fn namespace(name: &str) -> Namespace {
+        Namespace::new(name).expect("valid name")
+    }
+
+    fn live(hub: &WatchHub, ns: &Namespace) -> broadcast::Receiver<WatchBatch> {
+        hub.subscribe(&state(), ns, None)
+            .expect("subscribed")
+            .events
     }
 
     fn kill_switch(revision: u64, namespace: &Namespace) -> WatchEvent {
@@ -216,21 +240,32 @@ mod tests {
         }
     }
 
+    fn revisions(batch: &WatchBatch) -> Vec<u64> {
+        batch.iter().map(|e| e.revision()).collect()
+    }
+
+    #[test]
+    fn installing_a_snapshot_closes_live_subscriptions_and_forgets_history() {
+        let hub = WatchHub::new();
+        let ns = namespace("fleet");
+        let mut live_before = live(&hub, &ns);
+        hub.reset();
+        assert_eq!(live_before.try_recv(), Err(TryRecvError::Closed));
+        // A new subscription after the reset is live again.
+        let mut fresh = live(&hub, &ns);
+        assert_eq!(fresh.try_recv(), Err(TryRecvError::Empty));
+    }
+
     #[test]
     fn an_event_reaches_only_the_subscribers_of_its_namespace() {
         let hub = WatchHub::new();
-        let state: SharedStateMachine = fusebox_core::machine::StateMachine::new()
-            .map_ledger(|l| Box::new(l) as fusebox_core::ledger::BoxedLedger);
-        let busy = Namespace::new("busy").expect("valid name");
-        let idle = Namespace::new("idle").expect("valid name");
-        let mut busy_rx = hub.subscribe(&state, &busy, None).events;
-        let mut idle_rx = hub.subscribe(&state, &idle, None).events;
+        let (busy, idle) = (namespace("busy"), namespace("idle"));
+        let mut busy_rx = live(&hub, &busy);
+        let mut idle_rx = live(&hub, &idle);
 
         hub.publish(&[kill_switch(1, &busy), kill_switch(2, &busy)]);
-        let got: Vec<u64> = (0..2)
-            .map(|_| busy_rx.try_recv().expect("an event").revision())
-            .collect();
-        assert_eq!(got, vec![1, 2]);
+        let batch = busy_rx.try_recv().expect("the entry's events");
+        assert_eq!(revisions(&batch), vec![1, 2]);
         assert_eq!(idle_rx.try_recv(), Err(TryRecvError::Empty));
 
         // The idle namespace's channel goes with its last subscriber.
@@ -244,5 +279,55 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(watched, vec![busy]);
+    }
+
+    #[test]
+    fn an_entry_larger_than_the_channel_is_one_message_and_lags_no_one() {
+        let hub = WatchHub::new();
+        let (a, b) = (namespace("a"), namespace("b"));
+        let mut a_rx = live(&hub, &a);
+        let mut b_rx = live(&hub, &b);
+        // A tick may move thousands of breakers in one entry.
+        let burst = WATCH_CHANNEL_ENTRIES_MAX as u64 * 4;
+        let events: Vec<WatchEvent> = (1..=burst)
+            .map(|r| kill_switch(r, if r % 2 == 0 { &a } else { &b }))
+            .collect();
+        hub.publish(&events);
+        let got_a = a_rx.try_recv().expect("not lagged");
+        let got_b = b_rx.try_recv().expect("not lagged");
+        assert_eq!(
+            revisions(&got_a),
+            (2..=burst).step_by(2).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            revisions(&got_b),
+            (1..=burst).step_by(2).collect::<Vec<_>>()
+        );
+        assert_eq!(a_rx.try_recv(), Err(TryRecvError::Empty));
+    }
+
+    #[test]
+    fn a_node_serves_streams_of_a_bounded_number_of_namespaces() {
+        let hub = WatchHub::new();
+        let mut held: Vec<_> = (0..WATCHED_NAMESPACES_MAX)
+            .map(|i| live(&hub, &namespace(&format!("ns-{i}"))))
+            .collect();
+        let one_more = namespace("one-more");
+        let refused = hub.subscribe(&state(), &one_more, None).map(|_| ());
+        assert!(
+            matches!(
+                refused,
+                Err(BackendError::LimitReached {
+                    limit: "watched_namespaces_max",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        // A namespace already watched still takes more streams.
+        assert!(hub.subscribe(&state(), &namespace("ns-0"), None).is_ok());
+        // Once a namespace's streams have all gone, its room is free again.
+        held.truncate(WATCHED_NAMESPACES_MAX - 1);
+        assert!(hub.subscribe(&state(), &one_more, None).is_ok());
     }
 }

@@ -36,6 +36,10 @@ pub fn from_backend(error: &BackendError) -> Status {
             let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
             limit_reached("entry_bytes_max", as_u64(*max), as_u64(*bytes))
         }
+        BackendError::LimitReached { limit, max } => {
+            let max = u64::try_from(*max).unwrap_or(u64::MAX);
+            limit_reached(limit, max, max.saturating_add(1))
+        }
         BackendError::Fatal(reason) => with_detail(
             Code::Internal,
             ErrorCode::Unspecified,

@@ -14,7 +14,8 @@
 //! snapshot. A quiet namespace gets a heartbeat every [`WATCH_HEARTBEAT_MS`].
 //! The pump ends when the client goes away (the channel closes), the node
 //! stops publishing, or the caller may no longer watch ([`Recheck::revoked`]).
-//! An idle stream wakes only for its heartbeat.
+//! An idle stream wakes for its heartbeat, for changes to the auth table,
+//! and, if its token expires, every few seconds (`WATCH_RECHECK_MS`).
 
 use super::convert::{watch::events_to_proto, watch::snapshot_to_proto};
 use super::gateway::Gateway;
@@ -22,7 +23,7 @@ use super::status;
 use crate::auth::{Recheck, StreamPermit};
 use crate::backend::Backend;
 use crate::limits::{WATCH_BUFFER_EVENTS, WATCH_HEARTBEAT_MS, WATCH_SNAPSHOT_CHUNK_BREAKERS};
-use crate::watch::{WatchSnapshot, WatchStart};
+use crate::watch::{WatchBatch, WatchSnapshot, WatchStart};
 use fusebox_core::machine::WatchEvent;
 use fusebox_core::Namespace;
 use fusebox_proto::v1 as pb;
@@ -48,7 +49,7 @@ struct Stopped;
 #[allow(clippy::large_enum_variant)]
 enum Wake {
     ClientGone,
-    Event(Result<Arc<WatchEvent>, RecvError>),
+    Event(Result<WatchBatch, RecvError>),
     Quiet,
     Revoked(Status),
 }
@@ -145,15 +146,20 @@ impl<B: Backend> Pump<B> {
     /// Handles one broadcast result; `Ok(true)` when something was sent.
     async fn on_event(
         &mut self,
-        received: Result<Arc<WatchEvent>, RecvError>,
-        events: &mut broadcast::Receiver<Arc<WatchEvent>>,
+        received: Result<WatchBatch, RecvError>,
+        events: &mut broadcast::Receiver<WatchBatch>,
     ) -> Result<bool, Stopped> {
         match received {
-            Ok(event) => {
-                if event.revision() <= self.last_sent {
+            Ok(batch) => {
+                let fresh: Vec<Arc<WatchEvent>> = batch
+                    .iter()
+                    .filter(|e| e.revision() > self.last_sent)
+                    .cloned()
+                    .collect();
+                if fresh.is_empty() {
                     return Ok(false);
                 }
-                self.send_events(vec![event]).await?;
+                self.send_events(fresh).await?;
                 Ok(true)
             }
             Err(RecvError::Lagged(missed)) => {
@@ -188,7 +194,7 @@ impl<B: Backend> Pump<B> {
     async fn begin(
         &mut self,
         start: WatchStart,
-    ) -> Result<broadcast::Receiver<Arc<WatchEvent>>, Stopped> {
+    ) -> Result<broadcast::Receiver<WatchBatch>, Stopped> {
         let WatchStart {
             snapshot,
             resync_required,

@@ -140,7 +140,6 @@ impl Recheck {
     /// past the expiry.
     pub async fn revoked(self, ns: Namespace) -> Status {
         let mut changes = self.table.changes();
-        let mut publishing = true;
         loop {
             let table = self.table.current();
             let now_ms = self.node.now_ms();
@@ -157,13 +156,17 @@ impl Recheck {
                     None => std::future::pending().await,
                 }
             };
-            if publishing {
-                tokio::select! {
-                    changed = changes.changed() => publishing = changed.is_ok(),
-                    () = timer => {}
+            tokio::select! {
+                changed = changes.changed() => {
+                    // The stream holds the publisher, so this does not happen
+                    // while it lasts; if it did, nothing could be proved.
+                    if changed.is_err() {
+                        return Status::unavailable(
+                            "this node stopped publishing its auth table; watch another node",
+                        );
+                    }
                 }
-            } else {
-                timer.await;
+                () = timer => {}
             }
         }
     }

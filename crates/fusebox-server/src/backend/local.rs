@@ -75,7 +75,7 @@ impl Backend for LocalBackend {
             .state
             .lock()
             .map_err(|_| BackendError::Fatal("state lock poisoned".into()))?;
-        Ok(self.hub.subscribe(&state, &namespace, from_revision))
+        self.hub.subscribe(&state, &namespace, from_revision)
     }
 
     fn leader(&self) -> Option<(u64, String)> {

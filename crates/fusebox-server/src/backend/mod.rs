@@ -54,6 +54,14 @@ pub enum BackendError {
         /// The bound.
         max: usize,
     },
+    /// One of this node's bounds was reached; nothing was done.
+    #[error("limit {limit} reached: at most {max}")]
+    LimitReached {
+        /// The limit's name, as `LimitReached` details name it.
+        limit: &'static str,
+        /// The bound.
+        max: usize,
+    },
     /// The node hit a storage error and stopped.
     #[error("fatal: {0}")]
     Fatal(String),

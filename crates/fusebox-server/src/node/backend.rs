@@ -211,9 +211,8 @@ impl Backend for RaftBackend {
         from_revision: Option<u64>,
     ) -> Result<WatchStart, BackendError> {
         let hub = self.hub.clone();
-        Ok(self
-            .state
-            .with_state(move |state| hub.subscribe(state, &namespace, from_revision)))
+        self.state
+            .with_state(move |state| hub.subscribe(state, &namespace, from_revision))
     }
 
     fn leader(&self) -> Option<(u64, String)> {
