@@ -179,14 +179,16 @@ fn the_ledger_checker_catches_a_leader_answering_reads_unconfirmed() {
 
 #[test]
 fn a_power_loss_catches_appends_acknowledged_before_their_sync() {
-    // Seeds 13 and 65 each cut a majority's power; with appends acknowledged
-    // before their WAL sync, an acknowledged begin vanishes. Without the bug
-    // both pass. A change to the workload's policy moves every trace; these
-    // were found again with `--inject-unsynced-appends` over seeds 0..150.
+    // Seeds 65 and 178 each cut a majority's power; with appends
+    // acknowledged before their WAL sync, an acknowledged begin vanishes.
+    // Without the bug both pass. A change to the workload's policy, or to
+    // when the server's tasks wake, moves every trace; these were found again
+    // with `--inject-unsynced-appends` over seeds 0..400 after watch streams
+    // stopped polling their caller's rights.
     // Seeds where replicas diverge instead (release: "same index") trip an
     // openraft debug assertion in a debug build, so these two are ones the
     // ledger checker catches in both.
-    for seed in ["13", "65"] {
+    for seed in ["65", "178"] {
         let args = ["--seed", seed, "--summary-only"];
         let (ok, text) = simulation(&args);
         assert!(ok, "seed {seed} without the bug:\n{}", report(&text));
