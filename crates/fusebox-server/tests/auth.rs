@@ -17,14 +17,17 @@ mod node_support;
 use bytes::Bytes;
 use fusebox_core::auth::Role;
 use fusebox_proto::v1::auth_client::AuthClient;
-use fusebox_proto::v1::{IssueTokenRequest, RevokeTokenRequest, WhoAmIRequest};
+use fusebox_proto::v1::breakers_client::BreakersClient;
+use fusebox_proto::v1::{
+    IssueTokenRequest, RevokeTokenRequest, WatchEvent, WatchRequest, WhoAmIRequest,
+};
 use fusebox_server::api::status::detail_of;
 use fusebox_server::auth::rules::{Rule, RULES};
 use fusebox_server::auth::CallerLimits;
 use node_support::{bearer, call_raw, issue, methods, node, node_with, Method};
 use std::time::Duration;
 use tonic::transport::Channel;
-use tonic::{Code, Request};
+use tonic::{Code, Request, Streaming};
 
 fn rule(path: &str) -> Option<Rule> {
     RULES.iter().find(|(p, _)| *p == path).map(|(_, r)| *r)
@@ -316,20 +319,38 @@ async fn a_caller_holds_at_most_its_watch_streams_and_a_closed_one_frees_its_slo
     node.node.shutdown().await;
 }
 
+/// A watch stream of `OWN` opened with `token`.
+async fn watch_with(channel: &Channel, token: &str) -> Streaming<WatchEvent> {
+    let mut watch = Request::new(WatchRequest {
+        namespace: OWN.into(),
+        ..Default::default()
+    });
+    bearer(&mut watch, token);
+    BreakersClient::new(channel.clone())
+        .watch(watch)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// The status `stream` ends with, read through its events; fails the test
+/// if it is still open `within` after its last event, because `why`.
+async fn end_of(stream: &mut Streaming<WatchEvent>, within: Duration, why: &str) -> tonic::Status {
+    loop {
+        match tokio::time::timeout(within, stream.message()).await {
+            Ok(Ok(Some(_))) => continue,
+            Ok(Ok(None)) => panic!("the stream ended without saying why"),
+            Ok(Err(status)) => return status,
+            Err(_) => panic!("the stream outlived {why} by {within:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn revoking_a_token_ends_the_watch_streams_it_opened() {
     let node = node().await;
     let (token, token_id) = issue(&node, "watcher-r", Role::Agent, &[OWN]).await;
-    let mut watch = Request::new(fusebox_proto::v1::WatchRequest {
-        namespace: OWN.into(),
-        ..Default::default()
-    });
-    bearer(&mut watch, &token);
-    let mut stream = fusebox_proto::v1::breakers_client::BreakersClient::new(node.channel.clone())
-        .watch(watch)
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch_with(&node.channel, &token).await;
     let first = stream.message().await.unwrap();
     assert!(first.is_some(), "the snapshot arrives");
 
@@ -343,14 +364,12 @@ async fn revoking_a_token_ends_the_watch_streams_it_opened() {
         .await
         .unwrap();
     let revoked_at = std::time::Instant::now();
-    let ended = loop {
-        match tokio::time::timeout(Duration::from_secs(3), stream.message()).await {
-            Ok(Ok(Some(_))) => continue,
-            Ok(Ok(None)) => panic!("the stream ended without saying why"),
-            Ok(Err(status)) => break status,
-            Err(_) => panic!("the stream outlived its token's revocation by 3 s"),
-        }
-    };
+    let ended = end_of(
+        &mut stream,
+        Duration::from_secs(3),
+        "its token's revocation",
+    )
+    .await;
     assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
     assert!(
         revoked_at.elapsed() < Duration::from_secs(1),
@@ -382,24 +401,8 @@ async fn a_watch_stream_ends_when_its_token_expires() {
         .into_inner()
         .token;
     let answered = std::time::Instant::now();
-    let mut watch = Request::new(fusebox_proto::v1::WatchRequest {
-        namespace: OWN.into(),
-        ..Default::default()
-    });
-    bearer(&mut watch, &token);
-    let mut stream = fusebox_proto::v1::breakers_client::BreakersClient::new(node.channel.clone())
-        .watch(watch)
-        .await
-        .unwrap()
-        .into_inner();
-    let ended = loop {
-        match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
-            Ok(Ok(Some(_))) => continue,
-            Ok(Ok(None)) => panic!("the stream ended without saying why"),
-            Ok(Err(status)) => break status,
-            Err(_) => panic!("the stream outlived its token by 10 s"),
-        }
-    };
+    let mut stream = watch_with(&node.channel, &token).await;
+    let ended = end_of(&mut stream, Duration::from_secs(10), "its token").await;
     assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
     assert!(ended.message().contains("expired"), "{ended:?}");
     // At the expiry, not at the periodic recheck (WATCH_RECHECK_MS, 5 s
