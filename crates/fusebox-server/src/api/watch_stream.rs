@@ -86,9 +86,8 @@ pub async fn start<B: Backend>(
         tx,
         last_sent: from_revision.unwrap_or(0),
         _slot: slot,
-        recheck,
     };
-    tokio::spawn(pump.run(start));
+    tokio::spawn(pump.run(start, recheck));
     Ok(ReceiverStream::new(rx))
 }
 
@@ -99,13 +98,12 @@ struct Pump<B> {
     last_sent: u64,
     /// The caller's stream slot, freed when the pump ends.
     _slot: Option<StreamPermit>,
-    /// Proves the caller again: a revoked token or a narrowed grant ends
-    /// the stream.
-    recheck: Option<Recheck>,
 }
 
 impl<B: Backend> Pump<B> {
-    async fn run(mut self, start: WatchStart) {
+    /// Pumps until the stream ends; `recheck` proves the caller again
+    /// while it lasts (a revoked token or a narrowed grant ends it).
+    async fn run(mut self, start: WatchStart, recheck: Option<Recheck>) {
         tracing::debug!(namespace = %self.namespace, from = self.last_sent, "watch stream started");
         let Ok(mut events) = self.begin(start).await else {
             return;
@@ -113,7 +111,6 @@ impl<B: Backend> Pump<B> {
         let period = Duration::from_millis(WATCH_HEARTBEAT_MS);
         let mut heartbeat = interval_at(Instant::now() + period, period);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let recheck = self.recheck.take();
         let namespace = self.namespace.clone();
         let mut revoked = pin!(async move {
             match recheck {
