@@ -10,7 +10,9 @@
 #   bench/vs-etcd.sh target/release/fusebox 1 64 256
 #
 # Environment: SECONDS_EACH (default 10), WARMUP (2), WORK (a scratch
-# directory, default a new one under /tmp), BASE_PORT (27600).
+# directory, default a new one under /tmp), BASE_PORT (27600), TRANSPORTS
+# (how Fusebox's calls travel, each measured in turn at every client count:
+# default "pipeline"; "unary pipeline" measures both).
 set -euo pipefail
 
 FUSEBOX=${1:-target/release/fusebox}
@@ -19,17 +21,29 @@ COUNTS=("${@:-1 64 256}")
 read -r -a COUNTS <<< "${COUNTS[*]}"
 SECONDS_EACH=${SECONDS_EACH:-10}
 WARMUP=${WARMUP:-2}
-WORK=${WORK:-$(mktemp -d /tmp/fusebox-vs-etcd.XXXXXX)}
+if [ -z "${WORK:-}" ]; then
+    # A scratch directory of our own is removed at the end (each run
+    # leaves hundreds of MiB of node and etcd data).
+    WORK=$(mktemp -d /tmp/fusebox-vs-etcd.XXXXXX)
+    OWN_WORK=1
+fi
 BASE=${BASE_PORT:-27600}
 source "$(dirname "$0")/lib/cluster.sh"
+if [ -n "${OWN_WORK:-}" ]; then
+    trap 'stop_all; rm -rf "$WORK"' EXIT
+fi
 
 command -v etcd >/dev/null || { echo "etcd is not on PATH (apt-get install etcd-server)" >&2; exit 2; }
 
 echo "== fusebox: 3 nodes, data in $WORK/fusebox"
 start_fusebox "$FUSEBOX" "$WORK/fusebox" "$BASE"
+read -r -a TRANSPORTS <<< "${TRANSPORTS:-pipeline}"
 for clients in "${COUNTS[@]}"; do
-    "$FUSEBOX" bench ledger --endpoints "$ENDPOINTS" --clients "$clients" \
-        --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null
+    for transport in "${TRANSPORTS[@]}"; do
+        "$FUSEBOX" bench ledger --endpoints "$ENDPOINTS" --clients "$clients" \
+            --transport "$transport" \
+            --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS" 2>/dev/null
+    done
 done
 stop_all
 

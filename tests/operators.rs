@@ -427,6 +427,14 @@ async fn a_short_bench_reports_its_figures(op: &Operator) {
         records >= keys.min(1000),
         "{records} records for {keys} counted pairs"
     );
+    assert_eq!(report["transport"], "pipeline", "{report}");
+    // The same pairs as one unary call each.
+    let unary = op
+        .json(&[&args[..], &["--transport", "unary"]].concat())
+        .await;
+    assert_eq!(unary["transport"], "unary", "{unary}");
+    assert!(unary["keys"].as_u64().expect("keys") > 0, "{unary}");
+    assert_eq!(unary["failures"], serde_json::json!({}), "{unary}");
     let refused = op.fails(&["bench", "ledger", "--clients", "0"], 2).await;
     assert!(refused.contains("--clients must be 1 to"), "{refused}");
 }

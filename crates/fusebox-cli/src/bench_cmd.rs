@@ -21,6 +21,7 @@ use crate::failure::Failure;
 use crate::out::outln;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use fusebox_client::pipeline::Sent;
 use fusebox_proto::v1 as pb;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -101,6 +102,20 @@ pub(crate) struct LedgerBench {
     /// WAL syncs per key.
     #[arg(long, value_delimiter = ',')]
     metrics: Vec<String>,
+    /// How a Fusebox worker sends its calls: on each connection's ledger
+    /// pipeline, as the agent SDK does, or as one unary call each.
+    #[arg(long, value_enum, default_value_t = Transport::Pipeline)]
+    transport: Transport,
+}
+
+/// How `fusebox bench ledger` sends Begin and Complete.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// `Ledger.Pipeline`: calls and answers that meet on a connection
+    /// travel together.
+    Pipeline,
+    /// `Ledger.Begin` and `Ledger.Complete`, one request each.
+    Unary,
 }
 
 /// Flags of `fusebox bench gateway`.
@@ -229,9 +244,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 sessions.push(Arc::new(args.client.session().await?));
             }
             let ns = bench.namespace.clone();
+            let transport = bench.transport;
             let pairs = move |w: usize| FuseboxPair {
                 session: sessions[w % sessions.len()].clone(),
                 namespace: ns.clone(),
+                transport,
             };
             measure(args.client.json, "fusebox", &bench, pairs).await
         }
@@ -260,11 +277,12 @@ pub(crate) trait Pair: Send + 'static {
 struct FuseboxPair {
     session: Arc<Session>,
     namespace: String,
+    transport: Transport,
 }
 
 impl Pair for FuseboxPair {
     async fn pair(&mut self, key: &str) -> Result<(), String> {
-        pair(&self.session, &self.namespace, key).await
+        pair(&self.session, &self.namespace, key, self.transport).await
     }
 }
 
@@ -386,9 +404,11 @@ async fn worker<P: Pair>(
     tally
 }
 
+/// How long one call of a pair may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Begins `key` and completes it as succeeded; on failure, what failed.
-async fn pair(session: &Session, ns: &str, key: &str) -> Result<(), String> {
-    let mut ledger = session.ledger();
+async fn pair(session: &Session, ns: &str, key: &str, transport: Transport) -> Result<(), String> {
     let attempt = format!("{key}-a");
     let begin = pb::BeginRequest {
         namespace: ns.to_owned(),
@@ -403,11 +423,9 @@ async fn pair(session: &Session, ns: &str, key: &str) -> Result<(), String> {
         attempt_id: attempt.clone(),
         lease_ms: 60_000,
     };
-    let answer = ledger
-        .begin(begin)
+    let answer = begin_on(session, begin, transport)
         .await
-        .map_err(|s| format!("begin: {:?}", s.code()))?
-        .into_inner();
+        .map_err(|s| format!("begin: {:?}", s.code()))?;
     if !matches!(
         answer.outcome,
         Some(pb::begin_response::Outcome::Started(_))
@@ -426,11 +444,50 @@ async fn pair(session: &Session, ns: &str, key: &str) -> Result<(), String> {
             },
         )),
     };
-    ledger
-        .complete(complete)
+    complete_on(session, complete, transport)
         .await
         .map_err(|s| format!("complete: {:?}", s.code()))?;
     Ok(())
+}
+
+async fn begin_on(
+    session: &Session,
+    request: pb::BeginRequest,
+    transport: Transport,
+) -> Result<pb::BeginResponse, tonic::Status> {
+    let request = match transport {
+        Transport::Pipeline => match session.ledger_pipeline().begin(request, CALL_TIMEOUT).await {
+            Sent::Answered(answer) => return answer,
+            Sent::Unsent(request) => request,
+        },
+        Transport::Unary => request,
+    };
+    let mut request = tonic::Request::new(request);
+    request.set_timeout(CALL_TIMEOUT);
+    Ok(session.ledger().begin(request).await?.into_inner())
+}
+
+async fn complete_on(
+    session: &Session,
+    request: pb::CompleteRequest,
+    transport: Transport,
+) -> Result<pb::CompleteResponse, tonic::Status> {
+    let request = match transport {
+        Transport::Pipeline => {
+            match session
+                .ledger_pipeline()
+                .complete(request, CALL_TIMEOUT)
+                .await
+            {
+                Sent::Answered(answer) => return answer,
+                Sent::Unsent(request) => request,
+            }
+        }
+        Transport::Unary => request,
+    };
+    let mut request = tonic::Request::new(request);
+    request.set_timeout(CALL_TIMEOUT);
+    Ok(session.ledger().complete(request).await?.into_inner())
 }
 
 /// A progress line on stderr, once a second, counting `unit`.
@@ -549,6 +606,7 @@ fn report(
             "store": store,
             "clients": bench.clients,
             "connections": bench.connections,
+            "transport": (store == "fusebox").then(|| format!("{:?}", bench.transport).to_lowercase()),
             "seconds": bench.seconds,
             "keys": tally.pairs,
             "keys_per_second": keys_per_second,
@@ -560,8 +618,13 @@ fn report(
         );
         return;
     }
+    let transport = match (store, bench.transport) {
+        ("fusebox", Transport::Pipeline) => ", pipelined",
+        ("fusebox", Transport::Unary) => ", unary calls",
+        _ => "",
+    };
     outln!(
-        "{store} ledger pair (take a fresh key, record its outcome): {} clients over {} connections, {} s",
+        "{store} ledger pair (take a fresh key, record its outcome): {} clients over {} connections{transport}, {} s",
         bench.clients,
         bench.connections,
         bench.seconds
@@ -627,6 +690,7 @@ mod tests {
             warmup_seconds: 0,
             namespace: "bench".into(),
             metrics: Vec::new(),
+            transport: Transport::Pipeline,
         };
         assert!(check(&bench(1, 1)).is_ok());
         assert!(check(&bench(0, 1)).is_err());

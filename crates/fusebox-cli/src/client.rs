@@ -11,6 +11,7 @@ use crate::limits::{
     CONNECT_TIMEOUT_MS, ENDPOINTS_MAX, LEADER_LOOKUP_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
 };
 use clap::Args;
+use fusebox_client::pipeline::LedgerPipeline;
 use fusebox_core::limits::ID_BYTES_MAX;
 use fusebox_proto::bearer::Bearer;
 use fusebox_proto::net::Net;
@@ -23,6 +24,7 @@ use fusebox_proto::v1::policy_client::PolicyClient;
 use fusebox_proto::v1::tools_client::ToolsClient;
 use fusebox_proto::v1::{RequestMeta, StatusRequest};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::codegen::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
@@ -217,6 +219,7 @@ impl ClientArgs {
 
     fn bundle(&self, channel: Channel, bearer: Bearer) -> Session {
         Session {
+            pipeline: Arc::new(LedgerPipeline::over(channel.clone(), bearer.clone())),
             channel: InterceptedService::new(channel, bearer),
             json: self.json,
             actor: self.actor.clone(),
@@ -284,6 +287,8 @@ pub type AuthedChannel = InterceptedService<Channel, Bearer>;
 
 pub struct Session {
     channel: AuthedChannel,
+    /// Ledger calls on one stream over the same connection.
+    pipeline: Arc<LedgerPipeline>,
     /// Print JSON instead of tables.
     pub json: bool,
     actor: Option<String>,
@@ -329,6 +334,12 @@ impl Session {
     /// A Ledger client.
     pub fn ledger(&self) -> LedgerClient<AuthedChannel> {
         LedgerClient::new(self.channel.clone())
+    }
+
+    /// The connection's ledger pipeline (`Ledger.Pipeline`), opened on
+    /// first use.
+    pub fn ledger_pipeline(&self) -> Arc<LedgerPipeline> {
+        Arc::clone(&self.pipeline)
     }
 
     /// A Policy client.

@@ -11,10 +11,13 @@
 //! learns it through `grpc-timeout`.
 
 use crate::error::ClientError;
+use crate::pipeline::{LedgerPipeline, Sent};
 use fusebox_proto::bearer::Bearer;
 use fusebox_proto::net::Net;
 use fusebox_proto::tls::{ClientTlsFiles, TlsConnector};
+use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::fusebox_error_detail::Detail;
+use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::FuseboxErrorDetail;
 use prost::Message;
 use std::future::Future;
@@ -31,12 +34,61 @@ pub(crate) const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
 /// Most tries of one call, whatever its deadline.
 pub(crate) const TRIES_MAX: usize = 64;
 
-/// One lazily connected channel per node.
+/// One lazily connected channel per node, and a ledger pipeline over it.
 #[derive(Debug)]
 pub(crate) struct Endpoints {
     nodes: Vec<(String, Channel)>,
+    pipelines: Vec<LedgerPipeline>,
     preferred: AtomicUsize,
     bearer: Bearer,
+}
+
+/// One try of a call: the node it goes to and the time it has.
+pub(crate) struct Try<'a> {
+    /// The node's channel.
+    pub channel: Channel,
+    /// The node's ledger pipeline.
+    pub pipeline: &'a LedgerPipeline,
+    /// What is left of the call's deadline.
+    pub left: Duration,
+}
+
+impl Try<'_> {
+    /// `Ledger.Begin` on this node, through its pipeline (unary if the node
+    /// does not serve one).
+    pub(crate) async fn begin(
+        self,
+        request: Request<pb::BeginRequest>,
+    ) -> Result<Response<pb::BeginResponse>, Status> {
+        let started = Instant::now();
+        let (metadata, extensions, message) = request.into_parts();
+        match self.pipeline.begin(message, self.left).await {
+            Sent::Answered(answer) => answer.map(Response::new),
+            Sent::Unsent(message) => {
+                let mut request = Request::from_parts(metadata, extensions, message);
+                request.set_timeout(self.left.saturating_sub(started.elapsed()));
+                LedgerClient::new(self.channel).begin(request).await
+            }
+        }
+    }
+
+    /// `Ledger.Complete` on this node, through its pipeline (unary if the
+    /// node does not serve one).
+    pub(crate) async fn complete(
+        self,
+        request: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        let started = Instant::now();
+        let (metadata, extensions, message) = request.into_parts();
+        match self.pipeline.complete(message, self.left).await {
+            Sent::Answered(answer) => answer.map(Response::new),
+            Sent::Unsent(message) => {
+                let mut request = Request::from_parts(metadata, extensions, message);
+                request.set_timeout(self.left.saturating_sub(started.elapsed()));
+                LedgerClient::new(self.channel).complete(request).await
+            }
+        }
+    }
 }
 
 impl Endpoints {
@@ -82,11 +134,16 @@ impl Endpoints {
             let channel = net.channel_tls(endpoint.connect_timeout(connect_timeout), tls.as_ref());
             nodes.push((address.clone(), channel));
         }
+        let pipelines = nodes
+            .iter()
+            .map(|(_, channel)| LedgerPipeline::over(channel.clone(), bearer.clone()))
+            .collect();
         // Each replica starts at a node of its own, so a fleet given one
         // list spreads its watch streams and calls over the nodes.
         let first = fastrand::usize(..nodes.len().max(1));
         Ok(Endpoints {
             nodes,
+            pipelines,
             preferred: AtomicUsize::new(first),
             bearer,
         })
@@ -133,6 +190,25 @@ impl Endpoints {
         F: FnMut(Channel, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
+        self.call_with(operation, deadline, message, |node, request| {
+            f(node.channel, request)
+        })
+        .await
+    }
+
+    /// [`Endpoints::call`], with `f` told each try's node and time left.
+    pub(crate) async fn call_with<'s, Req, Resp, F, Fut>(
+        &'s self,
+        operation: &'static str,
+        deadline: Duration,
+        message: Req,
+        mut f: F,
+    ) -> Result<Resp, ClientError>
+    where
+        Req: Clone,
+        F: FnMut(Try<'s>, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
         let started = Instant::now();
         let mut last = String::from("no node tried");
         let mut offset = 0;
@@ -145,7 +221,12 @@ impl Endpoints {
             let (index, address, channel) = self.pick(offset);
             let mut request = self.request(message.clone());
             request.set_timeout(left);
-            let answer = tokio::time::timeout(left, f(channel, request)).await;
+            let node = Try {
+                channel,
+                pipeline: &self.pipelines[index],
+                left,
+            };
+            let answer = tokio::time::timeout(left, f(node, request)).await;
             match answer {
                 Ok(Ok(response)) => {
                     self.prefer(index);

@@ -61,6 +61,7 @@ mod error;
 mod journey;
 mod local_breakers;
 mod metrics;
+pub mod pipeline;
 mod probe;
 mod reporter;
 mod retry;

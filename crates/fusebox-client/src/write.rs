@@ -376,12 +376,9 @@ impl Client {
         let answer = self
             .inner
             .endpoints
-            .call(
-                "ledger_begin",
-                rpc.duration,
-                message,
-                |channel, req| async move { LedgerClient::new(channel).begin(req).await },
-            )
+            .call_with("ledger_begin", rpc.duration, message, |node, req| {
+                node.begin(req)
+            })
             .await
             .map_err(|e| self.begin_refused(&request.tool, e))?;
         self.claim(request, attempt_id, answer.outcome)
@@ -561,12 +558,9 @@ impl Client {
         let deadline = self.inner.config.rpc_timeout().min(journey.remaining());
         self.inner
             .endpoints
-            .call(
-                "ledger_complete",
-                deadline,
-                message,
-                |channel, req| async move { LedgerClient::new(channel).complete(req).await },
-            )
+            .call_with("ledger_complete", deadline, message, |node, req| {
+                node.complete(req)
+            })
             .await
             .map(|_| ())
     }

@@ -42,6 +42,7 @@
 
 pub mod bearer;
 pub mod net;
+pub mod pipeline;
 pub mod tls;
 
 /// Messages, enums, clients (`*_client`) and servers (`*_server`) of package

@@ -185,6 +185,12 @@ pub const INIT_AUTH_RETRY_MS: u64 = 500;
 /// more are refused by the transport (REFUSED_STREAM) until one ends.
 pub const CONNECTION_STREAMS_MAX: u32 = 1_024;
 
+/// Pipelined ledger calls (`Ledger.Pipeline`) one node runs at once, over
+/// all its pipelines; each pipeline runs at most
+/// `fusebox_proto::pipeline::CALLS_IN_FLIGHT_MAX` of them. One more is
+/// answered RESOURCE_EXHAUSTED (`LimitReached`, `pipelined_calls_max`).
+pub const PIPELINED_CALLS_MAX: usize = 16_384;
+
 /// Connections one listener holds open at most; one more is closed at once.
 pub const CONNECTIONS_MAX: usize = 8_192;
 

@@ -270,7 +270,13 @@ async fn invalid_inputs_name_the_field() {
     }
     let no_outcome = CompleteRequest {
         outcome: None,
-        ..complete("k", "a", Done::Failed(CompleteFailed::default()))
+        ..complete(
+            "k",
+            "a",
+            Done::Failed(CompleteFailed {
+                reason: "declined".into(),
+            }),
+        )
     };
     let status = within(ledger.complete(no_outcome)).await.unwrap_err();
     assert_eq!(invalid_field(&status), "outcome");
@@ -442,4 +448,202 @@ async fn a_clamped_lease_is_said_so_and_the_holder_renews_it() {
         ErrorCode::InvalidState,
         "never renewed",
     );
+}
+
+/// A pipeline on `ledger`: where its calls go, and its replies.
+async fn pipeline(
+    ledger: &mut LedgerClient<Channel>,
+) -> (
+    tokio::sync::mpsc::Sender<PipelineRequest>,
+    tonic::Streaming<PipelineResponse>,
+) {
+    let (calls, sent) = tokio::sync::mpsc::channel(4);
+    let replies = within(ledger.pipeline(tokio_stream::wrappers::ReceiverStream::new(sent)))
+        .await
+        .unwrap()
+        .into_inner();
+    (calls, replies)
+}
+
+/// Sends `calls` as one message and reads replies until every call has
+/// one; the replies by id.
+async fn pipelined(
+    (calls, replies): &mut (
+        tokio::sync::mpsc::Sender<PipelineRequest>,
+        tonic::Streaming<PipelineResponse>,
+    ),
+    sent: Vec<pipelined_call::Call>,
+) -> std::collections::BTreeMap<u64, pipelined_reply::Result> {
+    let n = sent.len();
+    let message = PipelineRequest {
+        calls: sent
+            .into_iter()
+            .enumerate()
+            .map(|(i, call)| PipelinedCall {
+                id: i as u64,
+                timeout_ms: 5_000,
+                call: Some(call),
+            })
+            .collect(),
+    };
+    calls.send(message).await.unwrap();
+    let mut got = std::collections::BTreeMap::new();
+    while got.len() < n {
+        let message = within(replies.message()).await.unwrap().unwrap();
+        for reply in message.replies {
+            assert!(
+                got.insert(reply.id, reply.result.unwrap()).is_none(),
+                "two replies to one call"
+            );
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_pipeline_answers_each_call_as_its_unary_call_would() {
+    use pipelined_call::Call;
+    use pipelined_reply::Result as Reply;
+    let (_, node) = local().await;
+    let mut unary = node.ledger.clone();
+    let mut pipe = pipeline(&mut node.ledger.clone()).await;
+
+    let got = pipelined(&mut pipe, vec![Call::Begin(begin("p1", "a1", b"fp"))]).await;
+    let Some(Reply::Begin(BeginResponse {
+        outcome: Some(Begun::Started(started)),
+    })) = got.get(&0)
+    else {
+        panic!("a fresh key starts: {got:?}");
+    };
+    assert_eq!(started.attempt_id, "a1");
+
+    // Two calls in one message, each answered on its own: an answer in the
+    // body, and a refusal with its code, message and detail.
+    let sent = vec![
+        Call::Begin(begin("p1", "a2", b"fp")),
+        Call::Complete(complete(
+            "never-begun",
+            "a1",
+            Done::Failed(CompleteFailed {
+                reason: "declined".into(),
+            }),
+        )),
+    ];
+    let mut got = pipelined(&mut pipe, sent).await;
+    let Some(Reply::Begin(BeginResponse {
+        outcome: Some(Begun::InProgress(busy)),
+    })) = got.remove(&0)
+    else {
+        panic!("a held key is in progress: {got:?}");
+    };
+    assert_eq!(busy.holder_attempt_id, "a1");
+    let Some(Reply::Error(refused)) = got.remove(&1) else {
+        panic!("completing a key never begun fails: {got:?}");
+    };
+    let direct = within(unary.complete(complete(
+        "never-begun",
+        "a1",
+        Done::Failed(CompleteFailed {
+            reason: "declined".into(),
+        }),
+    )))
+    .await
+    .unwrap_err();
+    let refused = fusebox_proto::pipeline::status_from_proto(refused);
+    assert_eq!(refused.code(), direct.code());
+    assert_eq!(refused.message(), direct.message());
+    assert_eq!(refused.details(), direct.details());
+    assert_status(&refused, Code::NotFound, ErrorCode::NotFound, "never-begun");
+
+    pipe.0
+        .send(PipelineRequest {
+            calls: vec![PipelinedCall {
+                id: 7,
+                timeout_ms: 0,
+                call: None,
+            }],
+        })
+        .await
+        .unwrap();
+    let empty = within(pipe.1.message()).await.unwrap().unwrap();
+    let Some(Reply::Error(status)) = &empty.replies[0].result else {
+        panic!("a call naming nothing is refused: {empty:?}");
+    };
+    assert_eq!(
+        (empty.replies[0].id, status.code),
+        (7, Code::InvalidArgument as i32)
+    );
+
+    let done = Done::Succeeded(CompleteSucceeded {
+        operation_id: "op-1".into(),
+        result: b"ok".to_vec(),
+    });
+    let got = pipelined(&mut pipe, vec![Call::Complete(complete("p1", "a1", done))]).await;
+    let Some(Reply::Complete(CompleteResponse {
+        record: Some(record),
+    })) = got.get(&0)
+    else {
+        panic!("the holder completes: {got:?}");
+    };
+    assert_eq!(record.status, LedgerStatus::Succeeded as i32);
+
+    // The client ends its side: the node answers what runs, then ends too.
+    drop(pipe.0);
+    assert!(within(pipe.1.message()).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_pipeline_message_over_its_bound_ends_the_stream() {
+    let (_, node) = local().await;
+    let mut pipe = pipeline(&mut node.ledger.clone()).await;
+    let calls = (0..=fusebox_proto::pipeline::CALLS_PER_MESSAGE_MAX as u64)
+        .map(|id| PipelinedCall {
+            id,
+            timeout_ms: 5_000,
+            call: Some(pipelined_call::Call::Begin(begin(
+                &format!("k{id}"),
+                "a1",
+                b"fp",
+            ))),
+        })
+        .collect();
+    pipe.0.send(PipelineRequest { calls }).await.unwrap();
+    let ended = within(pipe.1.message()).await.unwrap_err();
+    assert_eq!(ended.code(), Code::InvalidArgument, "{ended:?}");
+    assert!(ended.message().contains("at most 256"), "{ended:?}");
+}
+
+#[tokio::test]
+async fn a_stopping_node_ends_its_pipelines() {
+    use fusebox_server::api::{Gateway, LedgerService};
+    use fusebox_server::backend::local::LocalBackend;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let gateway = Gateway::new(LocalBackend::new()).stopped_by(stopped);
+    let service = fusebox_proto::v1::ledger_server::LedgerServer::new(LedgerService::new(gateway));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
+        service,
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+    ));
+    let mut ledger = within(LedgerClient::connect(format!("http://{addr}")))
+        .await
+        .unwrap();
+    let mut pipe = pipeline(&mut ledger).await;
+    let got = pipelined(
+        &mut pipe,
+        vec![pipelined_call::Call::Begin(begin("s1", "a1", b"fp"))],
+    )
+    .await;
+    assert!(
+        matches!(got.get(&0), Some(pipelined_reply::Result::Begin(_))),
+        "{got:?}"
+    );
+
+    stop.send(true).unwrap();
+    // The stream ends although its client keeps its side open: a client
+    // must not stay on a stopped node.
+    let ended = within(pipe.1.message()).await.unwrap_err();
+    assert_eq!(ended.code(), Code::Unavailable, "{ended:?}");
+    assert!(ended.message().contains("stopping"), "{ended:?}");
 }

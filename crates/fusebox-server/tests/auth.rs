@@ -18,12 +18,16 @@ use bytes::Bytes;
 use fusebox_core::auth::Role;
 use fusebox_proto::v1::auth_client::AuthClient;
 use fusebox_proto::v1::breakers_client::BreakersClient;
+use fusebox_proto::v1::ledger_client::LedgerClient;
+use fusebox_proto::v1::pipelined_call::Call;
+use fusebox_proto::v1::pipelined_reply::Result as Reply;
 use fusebox_proto::v1::{
-    IssueTokenRequest, RevokeTokenRequest, WatchEvent, WatchRequest, WhoAmIRequest,
+    BeginRequest, Effect, IssueTokenRequest, PipelineRequest, PipelinedCall, PipelinedReply,
+    RevokeTokenRequest, WatchEvent, WatchRequest, WhoAmIRequest,
 };
 use fusebox_server::api::status::detail_of;
 use fusebox_server::auth::rules::{Rule, RULES};
-use fusebox_server::auth::CallerLimits;
+use fusebox_server::auth::{CallerLimits, PIPELINE_PATH};
 use node_support::{bearer, call_raw, issue, methods, node, node_with, Method};
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -93,8 +97,9 @@ async fn every_rpc_admits_exactly_the_roles_and_namespaces_its_rule_names() {
     }
     let mut wrong = Vec::new();
     for method in methods() {
-        if method.client_streaming {
-            // Only Raft's InstallSnapshot streams in: a peer RPC, checked
+        let pipeline = method.path == PIPELINE_PATH;
+        if method.client_streaming && !pipeline {
+            // Raft's InstallSnapshot streams in: a peer RPC, checked
             // against member certificates in tests/security.rs.
             assert_eq!(rule(&method.path), Some(Rule::Peer), "{}", method.path);
             continue;
@@ -103,6 +108,9 @@ async fn every_rpc_admits_exactly_the_roles_and_namespaces_its_rule_names() {
             Some(Rule::Role { min, namespaced }) => (min, namespaced),
             _ => continue,
         };
+        // A pipeline opens on its role alone (its rule names no
+        // namespace); each call in it is judged by its own rule and
+        // namespace (`a_pipelined_call_is_admitted_on_its_own`).
         // Nobody unauthenticated, nobody with a forged token.
         for (what, token) in [("no token", None), ("a forged token", Some("fbx_00000000000000aa_0000000000000000000000000000000000000000000000000000000000000000"))] {
             let ns = namespaced.then_some(OWN);
@@ -316,6 +324,99 @@ async fn a_caller_holds_at_most_its_watch_streams_and_a_closed_one_frees_its_slo
             Err(status) => panic!("{status:?}"),
         }
     }
+    node.node.shutdown().await;
+}
+
+/// A begin of a fresh key in `ns`, as pipelined call `id`.
+fn pipelined_begin(id: u64, ns: &str) -> PipelineRequest {
+    let key = format!("key-{id}");
+    PipelineRequest {
+        calls: vec![PipelinedCall {
+            id,
+            timeout_ms: 5_000,
+            call: Some(Call::Begin(BeginRequest {
+                namespace: ns.into(),
+                key: key.clone(),
+                fingerprint: key.clone().into_bytes(),
+                intent_id: key.clone(),
+                server: "payments".into(),
+                tool: "refund".into(),
+                effect: Effect::NonIdempotentWrite as i32,
+                attempt_id: format!("{key}-a"),
+                lease_ms: 30_000,
+                ..Default::default()
+            })),
+        }],
+    }
+}
+
+/// Sends `message` on a pipeline and reads the one reply it gets.
+async fn one_reply(
+    calls: &tokio::sync::mpsc::Sender<PipelineRequest>,
+    replies: &mut Streaming<fusebox_proto::v1::PipelineResponse>,
+    message: PipelineRequest,
+) -> PipelinedReply {
+    calls.send(message).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), replies.message())
+        .await
+        .expect("a reply within 10 s")
+        .expect("the pipeline stays open")
+        .expect("a reply, not the end");
+    assert_eq!(got.replies.len(), 1, "{got:?}");
+    got.replies.into_iter().next().unwrap()
+}
+
+/// The status code a pipelined reply carries, OK for an answer.
+fn code_of(reply: &PipelinedReply) -> Code {
+    match reply.result.as_ref().expect("a result") {
+        Reply::Error(status) => Code::from_i32(status.code),
+        _ => Code::Ok,
+    }
+}
+
+#[tokio::test]
+async fn a_pipelined_call_is_admitted_on_its_own() {
+    let node = node().await;
+    let (token, token_id) = issue(&node, "agent-3", Role::Agent, &[OWN]).await;
+    let (calls, sent) = tokio::sync::mpsc::channel(4);
+    let mut open = Request::new(tokio_stream::wrappers::ReceiverStream::new(sent));
+    bearer(&mut open, &token);
+    let mut replies = LedgerClient::new(node.channel.clone())
+        .pipeline(open)
+        .await
+        .unwrap()
+        .into_inner();
+
+    let own = one_reply(&calls, &mut replies, pipelined_begin(1, OWN)).await;
+    assert_eq!((own.id, code_of(&own)), (1, Code::Ok), "{own:?}");
+    assert!(matches!(own.result, Some(Reply::Begin(_))), "{own:?}");
+    // The stream's token holds no grant for FOREIGN: that call alone is
+    // refused, and the pipeline goes on.
+    let foreign = one_reply(&calls, &mut replies, pipelined_begin(2, FOREIGN)).await;
+    assert_eq!(
+        (foreign.id, code_of(&foreign)),
+        (2, Code::PermissionDenied),
+        "{foreign:?}"
+    );
+    let again = one_reply(&calls, &mut replies, pipelined_begin(3, OWN)).await;
+    assert_eq!(code_of(&again), Code::Ok, "{again:?}");
+
+    // Revoked while the pipeline is open: the next call is refused.
+    let mut revoke = Request::new(RevokeTokenRequest {
+        token_id,
+        ..Default::default()
+    });
+    bearer(&mut revoke, &node.admin);
+    AuthClient::new(node.channel.clone())
+        .revoke_token(revoke)
+        .await
+        .unwrap();
+    let revoked = one_reply(&calls, &mut replies, pipelined_begin(4, OWN)).await;
+    assert_eq!(
+        (revoked.id, code_of(&revoked)),
+        (4, Code::Unauthenticated),
+        "{revoked:?}"
+    );
     node.node.shutdown().await;
 }
 

@@ -44,6 +44,10 @@ pub struct Gateway<B> {
     /// node's services); without it, a request with none is the anonymous
     /// open caller (the API layer's own tests).
     guarded: bool,
+    /// Turns true when the node stops, for the streams that must end then
+    /// (ledger pipelines): a stream keeps its connection open through a
+    /// graceful shutdown, and its client would stay on a stopped node.
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl<B: Clone> Clone for Gateway<B> {
@@ -52,6 +56,7 @@ impl<B: Clone> Clone for Gateway<B> {
             backend: self.backend.clone(),
             forwarder: Arc::clone(&self.forwarder),
             guarded: self.guarded,
+            stop: self.stop.clone(),
         }
     }
 }
@@ -69,6 +74,7 @@ impl<B: Backend> Gateway<B> {
             backend,
             forwarder,
             guarded: false,
+            stop: None,
         }
     }
 
@@ -76,6 +82,23 @@ impl<B: Backend> Gateway<B> {
     pub fn guarded(mut self) -> Self {
         self.guarded = true;
         self
+    }
+
+    /// The same gateway, ending its streams when `stop` turns true.
+    pub fn stopped_by(mut self, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Resolves once the node stops; never, without a stop signal.
+    pub async fn stopping(&self) {
+        match self.stop.clone() {
+            Some(mut stop) => {
+                // A dropped sender is a stopped node too.
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            }
+            None => std::future::pending().await,
+        }
     }
 
     /// Who sent `request`, as the guard recognised it.

@@ -13,6 +13,7 @@ use super::convert::ledger::{
 };
 use super::convert::{cut_to_page_bytes, meta, required};
 use super::gateway::{unexpected, Gateway, Served};
+use super::ledger_pipeline::{self, PipelineReplies, PipelinedCalls};
 use super::status;
 use crate::backend::{Backend, Consistency};
 use fusebox_core::ledger::{
@@ -24,17 +25,35 @@ use fusebox_core::{Namespace, Timestamp};
 use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::ledger_server::Ledger;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 /// The Ledger service over a backend.
 pub struct LedgerService<B> {
     gateway: Gateway<B>,
+    pipelined: PipelinedCalls,
+}
+
+impl<B: Clone> Clone for LedgerService<B> {
+    fn clone(&self) -> Self {
+        LedgerService {
+            gateway: self.gateway.clone(),
+            pipelined: self.pipelined.clone(),
+        }
+    }
 }
 
 impl<B: Backend> LedgerService<B> {
     /// A service proposing and reading through `gateway`.
     pub fn new(gateway: Gateway<B>) -> Self {
-        LedgerService { gateway }
+        LedgerService {
+            gateway,
+            pipelined: PipelinedCalls::default(),
+        }
+    }
+
+    /// The gateway the service goes through.
+    pub(super) fn gateway(&self) -> &Gateway<B> {
+        &self.gateway
     }
 }
 
@@ -89,6 +108,20 @@ fn record_not_found(ns: &Namespace, key: &str) -> Status {
 
 #[tonic::async_trait]
 impl<B: Backend> Ledger for LedgerService<B> {
+    type PipelineStream = PipelineReplies;
+
+    async fn pipeline(
+        &self,
+        request: Request<Streaming<pb::PipelineRequest>>,
+    ) -> Result<Response<PipelineReplies>, Status> {
+        let room = self.pipelined.clone();
+        Ok(Response::new(ledger_pipeline::open(
+            self.clone(),
+            room,
+            request,
+        )))
+    }
+
     async fn begin(
         &self,
         request: Request<pb::BeginRequest>,

@@ -50,6 +50,7 @@ pub mod convert;
 pub mod forward;
 pub mod gateway;
 pub mod ledger;
+pub mod ledger_pipeline;
 pub mod operator;
 pub mod policy;
 pub mod status;

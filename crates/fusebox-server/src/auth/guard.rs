@@ -88,6 +88,9 @@ pub trait Membership: Send + Sync + 'static {
 
 /// The one RPC that holds a stream open, metered per caller.
 const WATCH_PATH: &str = "/fusebox.v1.Breakers/Watch";
+/// The ledger's pipeline, whose calls are admitted one by one
+/// ([`Readmit`]).
+pub const PIPELINE_PATH: &str = "/fusebox.v1.Ledger/Pipeline";
 
 /// Recognises callers, checks their role against the RPC's rule, and
 /// meters them ([`Meter`]).
@@ -212,6 +215,28 @@ impl Recheck {
             )));
         }
         Ok(())
+    }
+}
+
+/// How the calls of a ledger pipeline are admitted, each on its own, as the
+/// unary call it stands for would be: by its path's rule, the stream's
+/// credentials judged against the auth table current when the call
+/// arrives, and the caller's request rate. A token revoked while its
+/// pipeline is open refuses the next call, not only the next stream.
+#[derive(Clone)]
+pub struct Readmit {
+    guard: Arc<Guard>,
+    headers: HeaderMap,
+    conn: Option<ConnInfo>,
+}
+
+impl Readmit {
+    /// The caller of one call to `path` carried by the pipeline, or the
+    /// status refusing it.
+    pub fn admit(&self, path: &str) -> Result<Caller, Status> {
+        self.guard
+            .admit(path, &self.headers, self.conn.as_ref())
+            .map(|admitted| admitted.caller)
     }
 }
 
@@ -468,6 +493,14 @@ where
                 }
                 if let Some(recheck) = recheck {
                     request.extensions_mut().insert(recheck);
+                }
+                if path == PIPELINE_PATH {
+                    let readmit = Readmit {
+                        guard: Arc::clone(&self.guard),
+                        headers: request.headers().clone(),
+                        conn: request.extensions().get::<ConnInfo>().cloned(),
+                    };
+                    request.extensions_mut().insert(readmit);
                 }
                 // The server's deadline on every handler (shorter if the
                 // client's `grpc-timeout` says so, which tonic applies).

@@ -20,6 +20,7 @@ pub mod rules;
 
 pub use fusebox_api::caller::{self, Caller, Via};
 pub use guard::{
-    Admitted, Guard, GuardLayer, Membership, PublishedAuth, Recheck, FORWARDED_CALLER_HEADER,
+    Admitted, Guard, GuardLayer, Membership, PublishedAuth, Readmit, Recheck,
+    FORWARDED_CALLER_HEADER, PIPELINE_PATH,
 };
 pub use limits::{CallerLimits, StreamPermit};

@@ -57,6 +57,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("/fusebox.v1.Ledger/Begin", ns(Role::Agent)),
     ("/fusebox.v1.Ledger/Complete", ns(Role::Agent)),
     ("/fusebox.v1.Ledger/Renew", ns(Role::Agent)),
+    // Carries Begin and Complete calls, each admitted again by its own
+    // rule, namespace included, when it arrives.
+    ("/fusebox.v1.Ledger/Pipeline", cluster(Role::Agent)),
     ("/fusebox.v1.Ledger/Lookup", ns(Role::Reader)),
     ("/fusebox.v1.Ledger/List", ns(Role::Reader)),
     ("/fusebox.v1.Ledger/Resolve", ns(Role::Operator)),

@@ -433,7 +433,9 @@ fn spawn_grpc(
         .add_optional_service(shared_raft.map(raft_server))
         .add_service(ClusterServer::new(cluster))
         .add_service(health_service);
-    let gateway = Gateway::with_forwarder(backend.clone(), forwarder).guarded();
+    let gateway = Gateway::with_forwarder(backend.clone(), forwarder)
+        .guarded()
+        .stopped_by(stop.clone());
     let auth = AuthServer::new(AuthService::new(gateway.clone()));
     let api = Services::with_gateway(gateway);
     let router = router
