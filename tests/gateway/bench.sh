@@ -29,8 +29,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-    "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# N distinct free loopback ports, all bound at once (taken one by one, a
+# port released can come back for the next).
+free_ports() {
+    "$python" -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
 }
 wait_port() {
     for _ in $(seq 1 600); do
@@ -41,7 +46,7 @@ wait_port() {
     exit 1
 }
 
-api=$(free_port); http=$(free_port); upstream=$(free_port); gateway=$(free_port)
+read -r api http upstream gateway <<< "$(free_ports 4)"
 "$bin" serve --listen "127.0.0.1:$api" --http "127.0.0.1:$http" --data "$tmp/data" \
     > "$tmp/node.log" 2>&1 &
 pids+=($!)

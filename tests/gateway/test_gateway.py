@@ -136,10 +136,18 @@ def log(message):
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """`n` distinct free loopback ports. All are bound at once, so no two
+    are the same: ports taken one by one, each released before the next,
+    can repeat (a node and a gateway once got the same one)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def wait_port(port, what, timeout=60.0):
@@ -167,17 +175,18 @@ class World:
     def __init__(self, binary, tmp):
         self.binary, self.tmp = binary, tmp
         self.procs = []
-        self.api = [free_port() for _ in range(3)]
+        ports = free_ports(8)
+        self.api = ports[0:3]
         self.endpoints = ",".join(f"127.0.0.1:{p}" for p in self.api)
         self.state = os.path.join(tmp, "upstream")
         os.makedirs(self.state)
         self.state2 = os.path.join(tmp, "upstream2")
         os.makedirs(self.state2)
-        self.upstream_port = free_port()
-        self.jobs_port = free_port()
+        self.upstream_port = ports[3]
+        self.jobs_port = ports[4]
         self.jobs_state = os.path.join(tmp, "jobs")
         os.makedirs(self.jobs_state)
-        self.gateway_ports = [free_port() for _ in range(3)]
+        self.gateway_ports = ports[5:8]
 
     def spawn(self, name, args, env=None):
         out = open(os.path.join(self.tmp, f"{name}.log"), "a")

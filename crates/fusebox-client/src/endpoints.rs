@@ -53,23 +53,19 @@ pub(crate) struct Try<'a> {
     pub left: Duration,
 }
 
-impl Try<'_> {
+impl<'a> Try<'a> {
     /// `Ledger.Begin` on this node, through its pipeline (unary if the node
     /// does not serve one).
     pub(crate) async fn begin(
         self,
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
-        let started = Instant::now();
-        let (metadata, extensions, message) = request.into_parts();
-        match self.pipeline.begin(message, self.left).await {
-            Sent::Answered(answer) => answer.map(Response::new),
-            Sent::Unsent(message) => {
-                let mut request = Request::from_parts(metadata, extensions, message);
-                request.set_timeout(self.left.saturating_sub(started.elapsed()));
-                LedgerClient::new(self.channel).begin(request).await
-            }
-        }
+        self.piped(
+            request,
+            |pipeline, message, left| pipeline.begin(message, left),
+            |mut ledger, request| async move { ledger.begin(request).await },
+        )
+        .await
     }
 
     /// `Ledger.Complete` on this node, through its pipeline (unary if the
@@ -78,14 +74,36 @@ impl Try<'_> {
         self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
+        self.piped(
+            request,
+            |pipeline, message, left| pipeline.complete(message, left),
+            |mut ledger, request| async move { ledger.complete(request).await },
+        )
+        .await
+    }
+
+    /// `request` through the node's pipeline with `piped`, or, if it comes
+    /// back unsent, with `unary` within what is left of the time.
+    async fn piped<Req, Resp, P, PF, U, UF>(
+        self,
+        request: Request<Req>,
+        piped: P,
+        unary: U,
+    ) -> Result<Response<Resp>, Status>
+    where
+        P: FnOnce(&'a LedgerPipeline, Req, Duration) -> PF,
+        PF: Future<Output = Sent<Req, Resp>>,
+        U: FnOnce(LedgerClient<Channel>, Request<Req>) -> UF,
+        UF: Future<Output = Result<Response<Resp>, Status>>,
+    {
         let started = Instant::now();
         let (metadata, extensions, message) = request.into_parts();
-        match self.pipeline.complete(message, self.left).await {
+        match piped(self.pipeline, message, self.left).await {
             Sent::Answered(answer) => answer.map(Response::new),
             Sent::Unsent(message) => {
                 let mut request = Request::from_parts(metadata, extensions, message);
                 request.set_timeout(self.left.saturating_sub(started.elapsed()));
-                LedgerClient::new(self.channel).complete(request).await
+                unary(LedgerClient::new(self.channel), request).await
             }
         }
     }

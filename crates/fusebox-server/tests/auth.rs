@@ -173,15 +173,7 @@ async fn a_revoked_or_expired_token_is_refused_at_once() {
         (me.name.as_str(), me.role.as_str(), me.via.as_str()),
         ("agent-7", "agent", "token")
     );
-    let mut revoke = Request::new(RevokeTokenRequest {
-        token_id,
-        ..Default::default()
-    });
-    bearer(&mut revoke, &node.admin);
-    AuthClient::new(node.channel.clone())
-        .revoke_token(revoke)
-        .await
-        .unwrap();
+    revoke(&node, token_id).await;
     let refused = whoami(token).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
 
@@ -327,6 +319,19 @@ async fn a_caller_holds_at_most_its_watch_streams_and_a_closed_one_frees_its_slo
     node.node.shutdown().await;
 }
 
+/// Revokes the token `token_id` as the admin.
+async fn revoke(node: &node_support::Node, token_id: String) {
+    let mut revoke = Request::new(RevokeTokenRequest {
+        token_id,
+        ..Default::default()
+    });
+    bearer(&mut revoke, &node.admin);
+    AuthClient::new(node.channel.clone())
+        .revoke_token(revoke)
+        .await
+        .unwrap();
+}
+
 /// A begin of a fresh key in `ns`, as pipelined call `id`.
 fn pipelined_begin(id: u64, ns: &str) -> PipelineRequest {
     let key = format!("key-{id}");
@@ -402,15 +407,7 @@ async fn a_pipelined_call_is_admitted_on_its_own() {
     assert_eq!(code_of(&again), Code::Ok, "{again:?}");
 
     // Revoked while the pipeline is open: the next call is refused.
-    let mut revoke = Request::new(RevokeTokenRequest {
-        token_id,
-        ..Default::default()
-    });
-    bearer(&mut revoke, &node.admin);
-    AuthClient::new(node.channel.clone())
-        .revoke_token(revoke)
-        .await
-        .unwrap();
+    revoke(&node, token_id).await;
     let revoked = one_reply(&calls, &mut replies, pipelined_begin(4, OWN)).await;
     assert_eq!(
         (revoked.id, code_of(&revoked)),
@@ -455,15 +452,7 @@ async fn revoking_a_token_ends_the_watch_streams_it_opened() {
     let first = stream.message().await.unwrap();
     assert!(first.is_some(), "the snapshot arrives");
 
-    let mut revoke = Request::new(RevokeTokenRequest {
-        token_id,
-        ..Default::default()
-    });
-    bearer(&mut revoke, &node.admin);
-    AuthClient::new(node.channel.clone())
-        .revoke_token(revoke)
-        .await
-        .unwrap();
+    revoke(&node, token_id).await;
     let revoked_at = std::time::Instant::now();
     let ended = end_of(
         &mut stream,
