@@ -108,8 +108,7 @@ impl<B: Backend> Pipeline<B> {
         // A message holds at most this many calls: one is read only when
         // all of them would fit.
         let room_for_a_message = CALLS_IN_FLIGHT_MAX - CALLS_PER_MESSAGE_MAX;
-        let gateway = self.service.gateway().clone();
-        let stopping = gateway.stopping();
+        let stopping = self.service.gateway().stopping();
         tokio::pin!(stopping);
         loop {
             if !reading && running.is_empty() {
