@@ -1,6 +1,6 @@
 //! The store's own bounds, in one place, each with its unit in its name.
 //!
-//! The store has one queue of its own, one batch size and no timers: every
+//! The store has one queue of its own, two batch sizes and no timers: every
 //! other bound on what it holds or reads comes from its callers (ledger scan
 //! budgets and record counts from [`fusebox_core::limits`], message sizes
 //! from the server's transport), and openraft sets the pace of appends,
@@ -12,6 +12,12 @@
 /// slows openraft down rather than growing memory. One fsync completes the
 /// callback that woke the flusher and up to this many more.
 pub(crate) const FLUSH_QUEUE_CALLBACKS_MAX: usize = 1024;
+
+/// Committed entries applied in one trip to the blocking pool, at most:
+/// as many as openraft has ready, so a burst costs one hand-off instead of
+/// one per entry, while the first entry's answer waits for at most this
+/// many applies.
+pub(crate) const APPLY_CHUNK_ENTRIES_MAX: usize = 64;
 
 /// Bytes of ledger writes per batch when a snapshot is installed, at most
 /// (one record past it): memory for one batch, however large the snapshot.

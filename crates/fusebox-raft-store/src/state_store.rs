@@ -37,7 +37,9 @@
 
 use crate::codec::{decode, encode};
 use crate::ledger_store::{load_fleet_checkpoint, LedgerControl, RocksLedger};
-use crate::limits::{FLEET_CHECKPOINT_BYTES_PER_ENTRY, FLEET_CHECKPOINT_ENTRIES};
+use crate::limits::{
+    APPLY_CHUNK_ENTRIES_MAX, FLEET_CHECKPOINT_BYTES_PER_ENTRY, FLEET_CHECKPOINT_ENTRIES,
+};
 use crate::live::{Live, SavedFleet, Shared};
 use crate::observer::ApplyObserver;
 use crate::rocks::blocking;
@@ -51,7 +53,7 @@ use fusebox_core::ledger::BoxedLedger;
 use fusebox_core::limits::FLEET_BYTES_MAX;
 use fusebox_core::machine::{Answer, Applied, Command, Fleet, SharedStateMachine, StateMachine};
 use fusebox_core::CoreError;
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use rocksdb::DB;
@@ -133,6 +135,19 @@ impl StateStore {
     /// The last log id applied to the state machine.
     pub fn last_applied(&self) -> Option<LogId> {
         self.shared.lock_for_read().last_applied
+    }
+
+    /// Applies `entries` in order until one fails; blocks. Answers the
+    /// responses of those applied, and the failure if one did.
+    fn apply_entries(&self, entries: Vec<Entry>) -> (Vec<Response>, Option<io::Error>) {
+        let mut responses = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match self.apply_entry(entry) {
+                Ok(response) => responses.push(response),
+                Err(e) => return (responses, Some(e)),
+            }
+        }
+        (responses, None)
     }
 
     /// Applies one entry; blocks (the ledger is in RocksDB).
@@ -298,15 +313,36 @@ impl RaftStateMachine<TypeConfig> for StateStore {
         Ok((live.last_applied, live.last_membership.clone()))
     }
 
-    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    async fn apply<Strm>(&mut self, entries: Strm) -> Result<(), io::Error>
     where
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
-        while let Some((entry, responder)) = entries.try_next().await? {
+        // Every entry already waiting goes in one trip to the blocking
+        // pool; a failure stops the chunk there, after the entries before
+        // it have had their answers.
+        let mut chunks = entries.ready_chunks(APPLY_CHUNK_ENTRIES_MAX);
+        while let Some(chunk) = chunks.next().await {
+            let mut ready = Vec::with_capacity(chunk.len());
+            let mut failed = None;
+            for item in chunk {
+                match item {
+                    Ok(pair) => ready.push(pair),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let (entries, responders): (Vec<_>, Vec<_>) = ready.into_iter().unzip();
             let store = self.clone();
-            let response = blocking(move || store.apply_entry(entry)).await?;
-            if let Some(responder) = responder {
-                responder.send(response);
+            let (responses, apply_failed) = blocking(move || Ok(store.apply_entries(entries))).await?;
+            for (response, responder) in responses.into_iter().zip(responders) {
+                if let Some(responder) = responder {
+                    responder.send(response);
+                }
+            }
+            if let Some(e) = apply_failed.or(failed) {
+                return Err(e);
             }
         }
         Ok(())

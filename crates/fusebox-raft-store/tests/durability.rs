@@ -187,6 +187,48 @@ async fn corrupt_log_values_are_errors_and_reads_stay_in_range() {
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
 }
 
+/// Entries handed over together are applied in one trip to the blocking
+/// pool; one that fails stops there, after the entries before it, and a
+/// failed read from the log stops it too.
+#[tokio::test]
+async fn an_apply_stops_at_the_entry_that_fails() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
+        apply(&mut state, vec![normal(1, 1, begin("a"))])
+            .await
+            .unwrap();
+    }
+    // The record of "a" no longer decodes: beginning "a" again reads it.
+    scribble(dir.path(), "ledger", b"fleet-a\0\0a\0\0", b"garbage");
+    let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
+    let err = apply(
+        &mut state,
+        vec![
+            normal(1, 2, begin("b")),
+            normal(1, 3, begin("a")),
+            normal(1, 4, begin("c")),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("ledger"), "{err}");
+    assert_eq!(state.last_applied(), Some(log_id(1, 2)));
+    assert_eq!(state.ledger_records(), 2, "a and b, not c");
+
+    let dir = TempDir::new().unwrap();
+    let (_log, mut state) = open(dir.path(), &support::me()).unwrap();
+    let items = vec![
+        Ok((normal(1, 1, begin("a")), None)),
+        Err(io::Error::other("log read failed")),
+        Ok((normal(1, 2, begin("b")), None)),
+    ];
+    let err = state.apply(futures::stream::iter(items)).await.unwrap_err();
+    assert_eq!(err.to_string(), "log read failed");
+    assert_eq!(state.last_applied(), Some(log_id(1, 1)));
+    assert_eq!(state.ledger_records(), 1);
+}
+
 #[tokio::test]
 async fn corrupt_snapshot_stops_the_open() {
     let dir = TempDir::new().unwrap();
