@@ -2,7 +2,9 @@
 //! checked and converted the way the node's handler does, and applied in
 //! order to one state machine as the log would apply them.
 //!
-//! Framing, repeated up to [`REQUESTS_MAX`] times: one byte picks the RPC,
+//! Framing, repeated up to [`REQUESTS_MAX`] times: one byte picks the RPC
+//! (`Ledger.Pipeline` among them: a message of calls, each converted as its
+//! unary call, and read back as the client reads replies),
 //! one byte advances the clock (in 100 ms steps), two bytes (little endian)
 //! give the message's length, then the message.
 //!
@@ -32,13 +34,21 @@ use fusebox_core::machine::{Command, SharedStateMachine};
 use fusebox_core::policy::PolicyDocument;
 use fusebox_core::{ReplicaId, ServerName, Timestamp};
 use fusebox_fuzz::{apply, check_snapshot, fresh_state, START_MS};
+use fusebox_proto::pipeline::{status_from_proto, CALLS_PER_MESSAGE_MAX};
 use fusebox_proto::v1 as pb;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use tonic::Status;
+use tonic::{Code, Status};
 
 /// Requests in one input, at most.
 const REQUESTS_MAX: usize = 32;
+
+/// RPCs the first byte of a request picks from (`rpc % RPCS`): the unary
+/// ones in [`command_of`], and [`PIPELINE`].
+const RPCS: u8 = 24;
+
+/// The pick for one message of `Ledger.Pipeline` ([`pipelined`]).
+const PIPELINE: u8 = 23;
 
 /// The token id and secret a node would draw for `IssueToken`.
 const TOKEN_ID: &str = "0123456789abcdef";
@@ -57,7 +67,11 @@ fuzz_target!(|data: &[u8]| {
         let len = usize::from(u16::from_le_bytes([*len_lo, *len_hi])).min(rest.len());
         let (message, rest) = rest.split_at(len);
         input = rest;
-        if let Ok(Some(command)) = command_of(*rpc, message, &caller, &state) {
+        if rpc % RPCS == PIPELINE {
+            for command in pipelined(message) {
+                apply(&mut state, command, at_ms);
+            }
+        } else if let Ok(Some(command)) = command_of(*rpc, message, &caller, &state) {
             apply(&mut state, command, at_ms);
         }
     }
@@ -73,7 +87,7 @@ fn command_of(
     caller: &Caller,
     state: &SharedStateMachine,
 ) -> Result<Option<Command>, Status> {
-    let command = match rpc % 23 {
+    let command = match rpc % RPCS {
         0 => {
             let req = decode::<pb::ReportOutcomesRequest>(message)?;
             let ns = namespace(&req.namespace)?;
@@ -232,6 +246,43 @@ fn command_of(
         _ => Command::Tick,
     };
     Ok(Some(command))
+}
+
+/// The commands a node proposes for one `PipelineRequest`: none if the
+/// message does not decode or carries more calls than a message may (the
+/// node ends the stream), else one per call its unary conversion accepts.
+///
+/// The same bytes are also read as the `PipelineResponse` a client gets: a
+/// failed call's status must never come back as a success.
+fn pipelined(message: &[u8]) -> Vec<Command> {
+    use pb::pipelined_call::Call;
+    use pb::pipelined_reply::Result as Reply;
+    if let Ok(response) = decode::<pb::PipelineResponse>(message) {
+        for reply in response.replies {
+            if let Some(Reply::Error(call)) = reply.result {
+                let status = status_from_proto(call);
+                assert_ne!(status.code(), Code::Ok, "a failed call read as a success");
+            }
+        }
+    }
+    let Ok(request) = decode::<pb::PipelineRequest>(message) else {
+        return Vec::new();
+    };
+    if request.calls.len() > CALLS_PER_MESSAGE_MAX {
+        return Vec::new();
+    }
+    let command = |call: Call| match call {
+        Call::Begin(req) => {
+            begin_from_proto(&req).map(|(namespace, request)| Command::Begin { namespace, request })
+        }
+        Call::Complete(req) => complete_from_proto(&req)
+            .map(|(namespace, request)| Command::Complete { namespace, request }),
+    };
+    request
+        .calls
+        .into_iter()
+        .filter_map(|c| command(c.call?).ok())
+        .collect()
 }
 
 /// An auth change as the Auth service proposes it.

@@ -235,6 +235,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .encode_to_vec(),
         ),
         (
+            23,
+            pb::PipelineRequest {
+                calls: vec![
+                    pb::PipelinedCall {
+                        id: 1,
+                        timeout_ms: 500,
+                        call: Some(pb::pipelined_call::Call::Begin(pb::BeginRequest {
+                            namespace: ns.into(),
+                            key: "order-18".into(),
+                            fingerprint: vec![4],
+                            intent_id: "intent-2".into(),
+                            server: "payments".into(),
+                            tool: "charge".into(),
+                            effect: pb::Effect::IdempotentWrite as i32,
+                            attempt_id: "a1".into(),
+                            lease_ms: 30_000,
+                            ..Default::default()
+                        })),
+                    },
+                    pb::PipelinedCall {
+                        id: 2,
+                        timeout_ms: 0,
+                        call: Some(pb::pipelined_call::Call::Complete(pb::CompleteRequest {
+                            namespace: ns.into(),
+                            key: "order-18".into(),
+                            attempt_id: "a1".into(),
+                            outcome: Some(pb::complete_request::Outcome::Ambiguous(
+                                Default::default(),
+                            )),
+                            ..Default::default()
+                        })),
+                    },
+                ],
+            }
+            .encode_to_vec(),
+        ),
+        (
             10,
             pb::ResolveRequest {
                 namespace: ns.into(),
@@ -347,6 +384,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sequence.extend_from_slice(&frame);
     }
     write("grpc_requests", "every_rpc_in_turn", &sequence)?;
+    // The pipeline's bytes read the other way too: replies as a client gets them.
+    let replies = pb::PipelineResponse {
+        replies: vec![
+            pb::PipelinedReply {
+                id: 1,
+                result: Some(pb::pipelined_reply::Result::Error(pb::CallStatus {
+                    code: tonic::Code::FailedPrecondition as i32,
+                    message: "stale".into(),
+                    details: vec![1, 2],
+                })),
+            },
+            pb::PipelinedReply {
+                id: 2,
+                result: Some(pb::pipelined_reply::Result::Complete(
+                    pb::CompleteResponse::default(),
+                )),
+            },
+        ],
+    }
+    .encode_to_vec();
+    let frame = [
+        &[23, 10][..],
+        &u16::try_from(replies.len())?.to_le_bytes(),
+        &replies,
+    ]
+    .concat();
+    write("grpc_requests", "pipeline_replies", &frame)?;
 
     // Log entries carrying commands, and the state they build.
     let log_id = |term, index| openraft::testing::log_id::<TypeConfig>(term, 1, index);
