@@ -5,7 +5,13 @@
 #   stop_all                                  # also run on exit
 #
 # Node N listens on BASE_PORT+N (gRPC) and BASE_PORT+80+N (metrics), keeps
-# its data in DATA_DIR/N and logs to DATA_DIR/fusebox-N.log.
+# its data in DATA_DIR/N, its config in DATA_DIR/fusebox-N.toml and logs to
+# DATA_DIR/fusebox-N.log.
+#
+# Every bench client calls from 127.0.0.1, so a node meters them all as one
+# caller; a fleet calls from many addresses. The nodes' per-caller rate is
+# raised to CALLER_REQUESTS_PER_SECOND (default 1,000,000; the node's own
+# default is 20,000) so that the clients' sum is not what a run measures.
 
 PIDS=()
 
@@ -19,11 +25,25 @@ trap stop_all EXIT
 start_fusebox() {
     local fusebox=$1 data=$2 base=$3 id
     [ -x "$fusebox" ] || { echo "no fusebox binary at $fusebox (cargo build --release -p fusebox-cli)" >&2; exit 2; }
-    local peers="1=127.0.0.1:$((base + 1)),2=127.0.0.1:$((base + 2)),3=127.0.0.1:$((base + 3))"
+    local rate=${CALLER_REQUESTS_PER_SECOND:-1000000}
     mkdir -p "$data"
     for id in 1 2 3; do
-        "$fusebox" serve --id "$id" --listen "127.0.0.1:$((base + id))" --peers "$peers" \
-            --data "$data/$id" --http "127.0.0.1:$((base + 80 + id))" \
+        cat > "$data/fusebox-$id.toml" <<EOF
+id = $id
+listen = "127.0.0.1:$((base + id))"
+data_dir = "$data/$id"
+
+[peers]
+1 = "127.0.0.1:$((base + 1))"
+2 = "127.0.0.1:$((base + 2))"
+3 = "127.0.0.1:$((base + 3))"
+
+[caller_limits]
+requests_per_second = $rate
+burst = $((2 * rate))
+watch_streams = 4096
+EOF
+        "$fusebox" serve --config "$data/fusebox-$id.toml" --http "127.0.0.1:$((base + 80 + id))" \
             > "$data/fusebox-$id.log" 2>&1 &
         PIDS+=($!)
     done
