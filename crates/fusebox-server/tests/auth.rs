@@ -417,6 +417,33 @@ async fn a_pipelined_call_is_admitted_on_its_own() {
     node.node.shutdown().await;
 }
 
+#[tokio::test]
+async fn empty_pipeline_messages_count_against_the_callers_rate() {
+    let node = node_with(CallerLimits {
+        requests_per_second: 5,
+        burst: 5,
+        watch_streams: 16,
+    })
+    .await;
+    let (token, _) = issue(&node, "idle-agent", Role::Agent, &[OWN]).await;
+    let empties = (0..20).map(|_| fusebox_proto::v1::PipelineRequest::default());
+    let mut open = Request::new(tokio_stream::iter(empties));
+    bearer(&mut open, &token);
+    let mut replies = LedgerClient::new(node.channel.clone())
+        .pipeline(open)
+        .await
+        .unwrap()
+        .into_inner();
+    let ended = match tokio::time::timeout(Duration::from_secs(10), replies.message()).await {
+        Ok(Ok(Some(reply))) => panic!("empty messages get no reply: {reply:?}"),
+        Ok(Ok(None)) => panic!("20 empty messages at once fit a burst of 5"),
+        Ok(Err(status)) => status,
+        Err(_) => panic!("the pipeline neither ended nor answered"),
+    };
+    assert_eq!(ended.code(), Code::ResourceExhausted, "{ended:?}");
+    node.node.shutdown().await;
+}
+
 /// A watch stream of `OWN` opened with `token`.
 async fn watch_with(channel: &Channel, token: &str) -> Streaming<WatchEvent> {
     let mut watch = Request::new(WatchRequest {

@@ -142,6 +142,17 @@ impl<B: Backend> Pipeline<B> {
                             let _ = replies.send(Err(refusal)).await;
                             return;
                         }
+                        Ok(Some(message)) if message.calls.is_empty() => {
+                            // Costs the node a read like any call: metered
+                            // as one, so that a stream of empty messages
+                            // cannot go past the caller's rate.
+                            if let Some(Err(status)) =
+                                self.readmit.as_ref().map(|r| r.admit(BEGIN_PATH))
+                            {
+                                let _ = replies.send(Err(status)).await;
+                                return;
+                            }
+                        }
                         Ok(Some(message)) => {
                             for call in message.calls {
                                 let permit = Arc::clone(&self.room.0).try_acquire_owned().ok();
