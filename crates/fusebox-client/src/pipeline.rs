@@ -256,9 +256,7 @@ async fn run_link(open: Arc<Opener>, mut queue: mpsc::Receiver<Queued>, state: A
         Ok(Ok(response)) => response.into_inner(),
         Ok(Err(status)) if refuses_pipelines(status.code()) => {
             tracing::debug!(error = %status, "node refused a ledger pipeline; calling it unary");
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.unary_until = Some(Instant::now() + UNARY_AFTER_REFUSAL);
-            drop(state);
+            refused(&state);
             hand_back(&mut queue);
             return;
         }
@@ -279,6 +277,10 @@ async fn run_link(open: Arc<Opener>, mut queue: mpsc::Receiver<Queued>, state: A
         }
     };
     let mut pending: BTreeMap<u64, oneshot::Sender<Outcome>> = BTreeMap::new();
+    // The calls sent before the node's first reply, kept until it comes: a
+    // proxy may accept the stream and only then refuse the method, and
+    // calls it never passed on go unary like calls never sent.
+    let mut unconfirmed: Option<Vec<(u64, Call)>> = Some(Vec::new());
     let mut next_id = 0u64;
     let mut outgoing: Option<pb::PipelineRequest> = None;
     let idle = tokio::time::sleep(IDLE_CLOSE);
@@ -288,6 +290,7 @@ async fn run_link(open: Arc<Opener>, mut queue: mpsc::Receiver<Queued>, state: A
             biased;
             reply = replies.message() => match reply {
                 Ok(Some(message)) => {
+                    unconfirmed = None;
                     for reply in message.replies {
                         if let Some(answer) = pending.remove(&reply.id) {
                             let _ = answer.send(Outcome::Replied(reply_result(reply.result)));
@@ -296,6 +299,17 @@ async fn run_link(open: Arc<Opener>, mut queue: mpsc::Receiver<Queued>, state: A
                     idle.as_mut().reset(Instant::now() + IDLE_CLOSE);
                 }
                 Ok(None) => break broken("the node ended the stream"),
+                Err(status) if refuses_pipelines(status.code()) && unconfirmed.is_some() => {
+                    tracing::debug!(error = %status, "ledger pipeline refused once open; calling unary");
+                    refused(&state);
+                    for (id, call) in unconfirmed.take().unwrap_or_default() {
+                        if let Some(answer) = pending.remove(&id) {
+                            let _ = answer.send(Outcome::Unsent(call));
+                        }
+                    }
+                    hand_back(&mut queue);
+                    return;
+                }
                 Err(status) => break broken(&status.to_string()),
             },
             permit = calls.reserve(), if outgoing.is_some() => match (permit, outgoing.take()) {
@@ -311,7 +325,7 @@ async fn run_link(open: Arc<Opener>, mut queue: mpsc::Receiver<Queued>, state: A
                 let mut bytes = 0;
                 let mut next = Some(first);
                 while let Some(queued) = next.take() {
-                    bytes += enlist(queued, &mut next_id, &mut pending, &mut message);
+                    bytes += enlist(queued, &mut next_id, &mut pending, &mut message, unconfirmed.as_mut());
                     let room = message.calls.len() < CALLS_PER_MESSAGE_MAX
                         && bytes < MESSAGE_BYTES_TARGET
                         && pending.len() < CALLS_IN_FLIGHT_MAX;
@@ -340,13 +354,20 @@ async fn run_link(open: Arc<Opener>, mut queue: mpsc::Receiver<Queued>, state: A
     hand_back(&mut queue);
 }
 
-/// Numbers `queued` and adds it to `message`, unless its caller stopped
-/// waiting; the bytes it added.
+/// Calls to this node go unary for a while: it refused a pipeline.
+fn refused(state: &Mutex<State>) {
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    state.unary_until = Some(Instant::now() + UNARY_AFTER_REFUSAL);
+}
+
+/// Numbers `queued` and adds it to `message` (and a copy to `keep`, if
+/// given), unless its caller stopped waiting; the bytes it added.
 fn enlist(
     queued: Queued,
     next_id: &mut u64,
     pending: &mut BTreeMap<u64, oneshot::Sender<Outcome>>,
     message: &mut pb::PipelineRequest,
+    keep: Option<&mut Vec<(u64, Call)>>,
 ) -> usize {
     let left = queued.deadline.saturating_duration_since(Instant::now());
     if queued.answer.is_closed() || left.is_zero() {
@@ -355,6 +376,9 @@ fn enlist(
     let id = *next_id;
     *next_id += 1;
     pending.insert(id, queued.answer);
+    if let Some(keep) = keep {
+        keep.push((id, queued.call.clone()));
+    }
     let call = pb::PipelinedCall {
         id,
         // At least 1 ms: 0 would mean the node's own deadline.

@@ -1,6 +1,7 @@
 //! The SDK's ledger pipeline against nodes that do not behave like this
 //! version's: one that does not serve `Ledger.Pipeline` (an older node) is
-//! called unary, and a pipeline that breaks fails the calls it carried as
+//! called unary, as is one behind a proxy that refuses the method only once
+//! the stream is open, and a pipeline that breaks fails the calls it carried as
 //! UNAVAILABLE (their outcome unknown) and is opened again for the next.
 //!
 //! The nodes here are stand-ins: a `Ledger` service that answers `Begin`
@@ -27,6 +28,9 @@ enum Pipelines {
     Unimplemented,
     /// Accepts the stream, then fails it once a message arrives.
     BreakOnFirstMessage,
+    /// Accepts the stream, then refuses the method once a message arrives,
+    /// as a proxy in front of a node may.
+    UnimplementedOnFirstMessage,
 }
 
 #[derive(Clone)]
@@ -60,12 +64,16 @@ impl Ledger for StandIn {
         self.opened.fetch_add(1, Ordering::SeqCst);
         match self.pipelines {
             Pipelines::Unimplemented => Err(Status::unimplemented("no such method")),
-            Pipelines::BreakOnFirstMessage => {
+            Pipelines::BreakOnFirstMessage | Pipelines::UnimplementedOnFirstMessage => {
+                let failure = match self.pipelines {
+                    Pipelines::BreakOnFirstMessage => Status::internal("node lost"),
+                    _ => Status::unimplemented("no such method behind this proxy"),
+                };
                 let mut calls = request.into_inner();
                 let (replies, rx) = tokio::sync::mpsc::channel(1);
                 tokio::spawn(async move {
                     if let Ok(Some(_)) = calls.message().await {
-                        let _ = replies.send(Err(Status::internal("node lost"))).await;
+                        let _ = replies.send(Err(failure)).await;
                     }
                 });
                 Ok(Response::new(ReceiverStream::new(rx)))
@@ -165,6 +173,21 @@ async fn a_node_without_pipelines_gets_each_call_back_to_send_unary() {
     }
     // Refused once, then left alone for a while: the node is not asked
     // to open a pipeline before every call.
+    assert_eq!(node.opened.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_pipeline_refused_after_it_opened_gives_its_calls_back_to_send_unary() {
+    let node = stand_in(Pipelines::UnimplementedOnFirstMessage);
+    let pipeline = serve(node.clone()).await;
+    for key in ["k1", "k2", "k3"] {
+        match pipeline.begin(begin(key), TIMEOUT).await {
+            Sent::Unsent(request) => assert_eq!(request, begin(key)),
+            Sent::Answered(answer) => {
+                panic!("{key}: answered through a refused pipeline: {answer:?}")
+            }
+        }
+    }
     assert_eq!(node.opened.load(Ordering::SeqCst), 1);
 }
 
