@@ -159,9 +159,11 @@ fn begin(key: &str) -> pb::BeginRequest {
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-#[tokio::test]
-async fn a_node_without_pipelines_gets_each_call_back_to_send_unary() {
-    let node = stand_in(Pipelines::Unimplemented);
+/// Three calls to a node whose pipelines behave as `pipelines`: each must
+/// come back to be sent unary, and the node be asked for a pipeline once
+/// (then left alone for a while, not asked before every call).
+async fn each_call_comes_back_to_send_unary(pipelines: Pipelines) {
+    let node = stand_in(pipelines);
     let pipeline = serve(node.clone()).await;
     for key in ["k1", "k2", "k3"] {
         match pipeline.begin(begin(key), TIMEOUT).await {
@@ -171,24 +173,17 @@ async fn a_node_without_pipelines_gets_each_call_back_to_send_unary() {
             }
         }
     }
-    // Refused once, then left alone for a while: the node is not asked
-    // to open a pipeline before every call.
     assert_eq!(node.opened.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
+async fn a_node_without_pipelines_gets_each_call_back_to_send_unary() {
+    each_call_comes_back_to_send_unary(Pipelines::Unimplemented).await;
+}
+
+#[tokio::test]
 async fn a_pipeline_refused_after_it_opened_gives_its_calls_back_to_send_unary() {
-    let node = stand_in(Pipelines::UnimplementedOnFirstMessage);
-    let pipeline = serve(node.clone()).await;
-    for key in ["k1", "k2", "k3"] {
-        match pipeline.begin(begin(key), TIMEOUT).await {
-            Sent::Unsent(request) => assert_eq!(request, begin(key)),
-            Sent::Answered(answer) => {
-                panic!("{key}: answered through a refused pipeline: {answer:?}")
-            }
-        }
-    }
-    assert_eq!(node.opened.load(Ordering::SeqCst), 1);
+    each_call_comes_back_to_send_unary(Pipelines::UnimplementedOnFirstMessage).await;
 }
 
 #[tokio::test]

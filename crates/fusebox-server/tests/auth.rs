@@ -228,14 +228,19 @@ fn lookup(token: &str) -> Request<fusebox_proto::v1::LookupRequest> {
     request
 }
 
-#[tokio::test]
-async fn a_caller_over_its_rate_is_told_when_to_retry_and_others_are_not_slowed() {
-    let node = node_with(CallerLimits {
+/// A node that lets each caller make 5 requests a second, in bursts of 5.
+async fn slow_node() -> node_support::Node {
+    node_with(CallerLimits {
         requests_per_second: 5,
         burst: 5,
         watch_streams: 16,
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_caller_over_its_rate_is_told_when_to_retry_and_others_are_not_slowed() {
+    let node = slow_node().await;
     let (agent, _) = issue(&node, "busy-agent", Role::Agent, &[OWN]).await;
     let (other, _) = issue(&node, "quiet-agent", Role::Agent, &[OWN]).await;
     let mut ledger = fusebox_proto::v1::ledger_client::LedgerClient::new(node.channel.clone());
@@ -419,12 +424,7 @@ async fn a_pipelined_call_is_admitted_on_its_own() {
 
 #[tokio::test]
 async fn empty_pipeline_messages_count_against_the_callers_rate() {
-    let node = node_with(CallerLimits {
-        requests_per_second: 5,
-        burst: 5,
-        watch_streams: 16,
-    })
-    .await;
+    let node = slow_node().await;
     let (token, _) = issue(&node, "idle-agent", Role::Agent, &[OWN]).await;
     let empties = (0..20).map(|_| fusebox_proto::v1::PipelineRequest::default());
     let mut open = Request::new(tokio_stream::iter(empties));
@@ -539,12 +539,7 @@ async fn a_watch_stream_ends_when_its_token_expires() {
 
 #[tokio::test]
 async fn a_flood_of_bad_tokens_is_slowed_by_address() {
-    let node = node_with(CallerLimits {
-        requests_per_second: 5,
-        burst: 5,
-        watch_streams: 16,
-    })
-    .await;
+    let node = slow_node().await;
     let forged =
         "fbx_00000000000000aa_0000000000000000000000000000000000000000000000000000000000000000";
     let mut codes = Vec::new();
