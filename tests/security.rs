@@ -77,12 +77,23 @@ fn raft_message(from: u64, to: u64) -> RaftMessage {
     }
 }
 
-/// AppendEntries, Vote and InstallSnapshot through `channel`, claiming to
-/// come from node `from`; the codes they were answered with.
+/// AppendEntries, StreamAppend, Vote and InstallSnapshot through
+/// `channel`, claiming to come from node `from`; the codes they were
+/// answered with (a stream's is its first answer's).
 async fn raft_calls(channel: Channel, from: u64, to: u64) -> Vec<(&'static str, Code)> {
     let mut raft = RaftClient::new(channel);
     let code = |r: Result<_, tonic::Status>| r.map_or_else(|s| s.code(), |_| Code::Ok);
     let append = code(raft.append_entries(raft_message(from, to)).await);
+    let streamed = match raft
+        .stream_append(tokio_stream::iter(vec![raft_message(from, to)]))
+        .await
+    {
+        Ok(answers) => match answers.into_inner().message().await {
+            Ok(_) => Code::Ok,
+            Err(refused) => refused.code(),
+        },
+        Err(refused) => refused.code(),
+    };
     let vote = code(raft.vote(raft_message(from, to)).await);
     let begin = SnapshotChunk {
         chunk: Some(snapshot_chunk::Chunk::Begin(SnapshotBegin {
@@ -94,6 +105,7 @@ async fn raft_calls(channel: Channel, from: u64, to: u64) -> Vec<(&'static str, 
     let install = code(raft.install_snapshot(tokio_stream::iter(vec![begin])).await);
     vec![
         ("AppendEntries", append),
+        ("StreamAppend", streamed),
         ("Vote", vote),
         ("InstallSnapshot", install),
     ]

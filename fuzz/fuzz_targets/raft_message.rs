@@ -1,7 +1,7 @@
 //! A `fusebox.v1.Raft` message as a peer sends it: the protobuf envelope,
 //! its header checked as the node checks it, and the payload decoded as the
 //! openraft message the first byte picks (each request the node serves and
-//! each reply it reads from a peer).
+//! each reply it reads from a peer, `StreamAppend`'s answers among them).
 //!
 //! A payload that decodes must encode to bytes that decode to a value that
 //! encodes to the same bytes, and the commands an AppendEntries carries are
@@ -16,7 +16,8 @@ use fusebox_raft_store::{SnapshotMeta, TypeConfig, Vote};
 use libfuzzer_sys::fuzz_target;
 use openraft::entry::EntryPayload;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, StreamAppendResult, TransferLeaderRequest,
+    VoteRequest, VoteResponse,
 };
 use prost::Message;
 use serde::de::DeserializeOwned;
@@ -34,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     // header ends only this check.
     let _ = check_header(message.header.as_ref(), "fuzz", 1);
     let payload = &message.payload;
-    match which % 7 {
+    match which % 8 {
         0 => {
             let Some(rpc) = round_trip::<AppendEntriesRequest<TypeConfig>>(payload) else {
                 return;
@@ -56,6 +57,7 @@ fuzz_target!(|data: &[u8]| {
         3 => drop(round_trip::<Vote>(payload)),
         4 => drop(round_trip::<SnapshotMeta>(payload)),
         5 => drop(round_trip::<AppendEntriesResponse<TypeConfig>>(payload)),
+        6 => drop(round_trip::<StreamAppendResult<TypeConfig>>(payload)),
         _ => drop(round_trip::<VoteResponse<TypeConfig>>(payload)),
     }
 });

@@ -138,6 +138,23 @@ pub const REPLICATION_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
 pub const ENTRY_BYTES_MAX: usize = 12 * 1024 * 1024;
 /// How long connecting to a peer's Raft service may take, in milliseconds.
 pub const RAFT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Replication batches a leader sends on one `StreamAppend` stream before
+/// the first of them is answered, at most; it then waits. The follower's
+/// openraft takes as many into its own pipeline.
+pub const RAFT_STREAM_BATCHES_IN_FLIGHT_MAX: usize = 64;
+/// How long a leader replicates unary to a peer that answered
+/// `StreamAppend` with UNIMPLEMENTED before it tries a stream again, in
+/// milliseconds (the peer may have been upgraded meanwhile).
+pub const RAFT_STREAM_UNARY_MS: u64 = 60_000;
+/// `StreamAppend` streams one node receives at once, at most, counted from
+/// their first message (which proves the sender a member); more are refused
+/// with `RESOURCE_EXHAUSTED`. A leader holds one per follower, plus one for
+/// each heartbeat in flight.
+pub const RAFT_APPEND_STREAMS_MAX: usize = 16;
+/// How long a `StreamAppend` stream may stay open before its first message,
+/// in milliseconds; a stream that has not said who sent it by then is ended
+/// with `DEADLINE_EXCEEDED`.
+pub const RAFT_STREAM_FIRST_MESSAGE_MS: u64 = 10_000;
 
 // The node's servers and background loops (`node/start.rs`).
 

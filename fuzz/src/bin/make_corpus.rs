@@ -16,7 +16,7 @@ use fusebox_raft_store::{
     Entry, LogId, Member, Request, SnapshotMeta, StoredMembership, TypeConfig, Vote,
 };
 use openraft::entry::RaftEntry;
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, StreamAppendResult, VoteRequest};
 use openraft::Membership;
 use prost::Message;
 use std::collections::{BTreeMap, BTreeSet};
@@ -519,6 +519,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "raft_message",
         "snapshot_meta",
         &envelope(4, to_bytes(&meta)?),
+    )?;
+    let streamed: StreamAppendResult<TypeConfig> = Ok(committed);
+    write(
+        "raft_message",
+        "stream_append_answer",
+        &envelope(6, to_bytes(&streamed)?),
     )?;
 
     // Node configs: the embedded default, and a three-node member with peers.

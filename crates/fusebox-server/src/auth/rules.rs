@@ -93,6 +93,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("/fusebox.v1.Auth/SetEnabled", cluster(Role::Admin)),
     // Raft: members only, by certificate.
     ("/fusebox.v1.Raft/AppendEntries", Rule::Peer),
+    ("/fusebox.v1.Raft/StreamAppend", Rule::Peer),
     ("/fusebox.v1.Raft/Vote", Rule::Peer),
     ("/fusebox.v1.Raft/InstallSnapshot", Rule::Peer),
     ("/fusebox.v1.Raft/TransferLeader", Rule::Peer),

@@ -215,6 +215,7 @@ pub async fn start_in(config: NodeConfig, env: NodeEnv) -> Result<RunningNode, S
         member_certs: tls.peer_server.is_some(),
         store: backend.state.clone(),
         receiving: RaftService::receiving_permits(),
+        appending: RaftService::appending_permits(),
     };
     let first_admin = match &config.init_auth {
         Some(file) => Some(init_auth::load_or_create(file).map_err(StartError::Config)?),

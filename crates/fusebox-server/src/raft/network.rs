@@ -3,13 +3,16 @@
 //! One [`Connection`] per peer, created lazily by openraft; the gRPC channel
 //! connects on first use and reconnects by itself. Every call is bounded by
 //! the deadline openraft gives (`soft_ttl`), enforced here because openraft
-//! does not enforce it on appends.
+//! does not enforce it on appends. Entries go as a pipeline over
+//! `StreamAppend` ([`super::append_stream`]), or one unary AppendEntries at
+//! a time to a peer that lacks it.
 
+use super::append_stream::{self, Acks, InFlight};
 use super::codec::{self, Route};
 use crate::limits::{
-    RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, REPLICATION_BATCH_BYTES_MAX,
-    SNAPSHOT_CHUNK_BYTES, SNAPSHOT_INSTALL_BASE_MS, SNAPSHOT_INSTALL_BYTES_PER_SEC,
-    SNAPSHOT_STALL_MS,
+    RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, RAFT_STREAM_UNARY_MS,
+    REPLICATION_BATCH_BYTES_MAX, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_INSTALL_BASE_MS,
+    SNAPSHOT_INSTALL_BYTES_PER_SEC, SNAPSHOT_STALL_MS,
 };
 use crate::node::contact::LeaderContact;
 use crate::node::Clock;
@@ -19,14 +22,16 @@ use fusebox_proto::v1::raft_client::RaftClient;
 use fusebox_proto::v1::{snapshot_chunk, SnapshotBegin, SnapshotChunk, SnapshotEnd};
 use fusebox_raft_store::Member;
 use fusebox_raft_store::{LogId, NodeId, SnapshotData, SnapshotMeta, TypeConfig};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::network::{stream_append_sequential, RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{SnapshotOf, VoteOf};
+use openraft::OptionalSend;
 use openraft::RaftNetworkV2;
 use sha2::{Digest, Sha256};
 use std::future::Future;
@@ -68,6 +73,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             contact: self.contact.clone(),
             clock: self.clock.clone(),
             client: None,
+            unary_until: None,
         }
     }
 }
@@ -81,15 +87,30 @@ pub struct Connection {
     contact: Arc<LeaderContact>,
     clock: Clock,
     client: Option<RaftClient<Channel>>,
+    /// Until when entries go to this peer unary: it answered `StreamAppend`
+    /// with UNIMPLEMENTED (a node of an older version, mid-upgrade).
+    unary_until: Option<Instant>,
 }
 
-fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
+pub(super) fn unreachable(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
     RPCError::Unreachable(Unreachable::from_string(e.to_string()))
 }
 
-fn network(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
+pub(super) fn network(e: impl std::fmt::Display) -> RPCError<TypeConfig> {
     RPCError::Network(NetworkError::from_string(e.to_string()))
 }
+
+/// A peer's refusal as openraft's error: unreachable if the peer could not
+/// be reached, a network error otherwise.
+pub(super) fn status_error(status: &tonic::Status) -> RPCError<TypeConfig> {
+    match status.code() {
+        tonic::Code::Unavailable => unreachable(status.message()),
+        _ => network(status.message()),
+    }
+}
+
+/// openraft's answers on one replication stream.
+type Answers<'s> = BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
 
 impl Connection {
     fn client(&mut self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
@@ -149,13 +170,49 @@ impl Connection {
                     self.addr
                 )))
             }
-            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
-                return Err(unreachable(status.message()))
-            }
-            Ok(Err(status)) => return Err(network(status.message())),
+            Ok(Err(status)) => return Err(status_error(&status)),
             Ok(Ok(reply)) => reply.into_inner(),
         };
         codec::decode(&reply.payload).map_err(|s| network(s.message()))
+    }
+
+    /// Opens a `StreamAppend` stream carrying `requests`, within `ttl`.
+    async fn open_stream<S>(
+        &mut self,
+        requests: S,
+        ttl: Duration,
+    ) -> Result<Answers<'static>, RPCError<TypeConfig>>
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        let in_flight = InFlight::new();
+        let outgoing = append_stream::outgoing(requests, self.route.clone(), in_flight.clone());
+        let mut client = self.client()?;
+        let replies = match tokio::time::timeout(ttl, client.stream_append(outgoing)).await {
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "{} opened no replication stream in {ttl:?}",
+                    self.addr
+                )))
+            }
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!(peer = %self.addr, "peer has no StreamAppend; replicating to it with unary AppendEntries");
+                self.unary_until =
+                    Some(Instant::now() + Duration::from_millis(RAFT_STREAM_UNARY_MS));
+                return Err(network(status.message()));
+            }
+            Ok(Err(status)) => return Err(status_error(&status)),
+            Ok(Ok(replies)) => replies.into_inner(),
+        };
+        let acks = Acks {
+            contact: self.contact.clone(),
+            clock: self.clock.clone(),
+            peer: self.route.to,
+            addr: self.addr.clone(),
+        };
+        Ok(Box::pin(append_stream::replies(
+            replies, in_flight, ttl, acks,
+        )))
     }
 }
 
@@ -186,6 +243,26 @@ impl RaftNetworkV2<TypeConfig> for Connection {
                 AppendEntriesResponse::PartialSuccess(Some(last))
             }
             (response, _) => response,
+        })
+    }
+
+    /// The session's requests as a pipeline over one `StreamAppend` stream
+    /// ([`super::append_stream`]); to a peer that lacks it, one unary
+    /// AppendEntries at a time, as openraft does by default.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<Answers<'s>, RPCError<TypeConfig>>>
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        if self.unary_until.is_some_and(|until| Instant::now() < until) {
+            return stream_append_sequential(self, input, option);
+        }
+        Box::pin(async move {
+            let answers = self.open_stream(input, option.soft_ttl()).await?;
+            Ok(answers as Answers<'s>)
         })
     }
 
@@ -307,7 +384,7 @@ impl Progress {
 /// bounded by [`crate::limits::ENTRY_BYTES_MAX`], well below it); when it
 /// cuts, also the log id of the last entry kept. Each entry is encoded
 /// once: the bytes that measured it are the bytes sent.
-fn append_payload(
+pub(super) fn append_payload(
     rpc: &AppendEntriesRequest<TypeConfig>,
 ) -> Result<(Vec<u8>, Option<LogId>), postcard::Error> {
     let mut entries = Vec::new();

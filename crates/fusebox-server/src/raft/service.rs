@@ -1,24 +1,29 @@
 //! The receiving side of Raft: `fusebox.v1.Raft` handed to openraft.
 
 use super::codec;
-use crate::limits::{SNAPSHOT_RECEIVES_MAX, SNAPSHOT_STALL_MS};
+use crate::limits::{
+    RAFT_APPEND_STREAMS_MAX, RAFT_STREAM_FIRST_MESSAGE_MS, SNAPSHOT_RECEIVES_MAX, SNAPSHOT_STALL_MS,
+};
 use crate::node::contact::LeaderContact;
 use crate::node::incoming::ConnInfo;
 use crate::node::Clock;
 use fusebox_proto::tls::PeerIdentity;
 use fusebox_proto::v1::raft_server::Raft as RaftRpc;
 use fusebox_proto::v1::{snapshot_chunk, RaftMessage, SnapshotChunk};
-use fusebox_raft_store::{blocking, SnapshotData, StateStore, TypeConfig};
+use fusebox_raft_store::{blocking, RaftRuntime, SnapshotData, StateStore, TypeConfig};
+use openraft::error::Fatal;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+    AppendEntriesRequest, AppendEntriesResponse, StreamAppendError, StreamAppendResult,
+    TransferLeaderRequest, VoteRequest,
 };
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use openraft::{Raft, Snapshot};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -45,6 +50,8 @@ pub struct RaftService {
     pub store: StateStore,
     /// Snapshots being received now, at most [`SNAPSHOT_RECEIVES_MAX`].
     pub receiving: Arc<Semaphore>,
+    /// `StreamAppend` streams open now, at most [`RAFT_APPEND_STREAMS_MAX`].
+    pub appending: Arc<Semaphore>,
 }
 
 impl RaftService {
@@ -52,20 +59,30 @@ impl RaftService {
     pub fn receiving_permits() -> Arc<Semaphore> {
         Arc::new(Semaphore::new(SNAPSHOT_RECEIVES_MAX))
     }
+
+    /// The permits for replication streams open at once.
+    pub fn appending_permits() -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(RAFT_APPEND_STREAMS_MAX))
+    }
 }
 
 fn fatal(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("raft stopped: {e}"))
 }
 
+/// A reply as the message that carries it.
+fn encode<T: serde::Serialize>(value: &T) -> Result<RaftMessage, Status> {
+    let payload = codec::to_bytes(value)
+        .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
+    Ok(RaftMessage {
+        header: None,
+        payload,
+    })
+}
+
 impl RaftService {
     fn reply<T: serde::Serialize>(&self, value: &T) -> Result<Response<RaftMessage>, Status> {
-        let payload = codec::to_bytes(value)
-            .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
-        Ok(Response::new(RaftMessage {
-            header: None,
-            payload,
-        }))
+        encode(value).map(Response::new)
     }
 
     /// Checks the header, and that the sender is the member it says.
@@ -129,8 +146,46 @@ fn certified<T>(request: &Request<T>) -> Sender {
     }
 }
 
+/// The answers on one `StreamAppend` stream.
+type Answers = Pin<Box<dyn futures::Stream<Item = Result<RaftMessage, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
+    type StreamAppendStream = Answers;
+
+    /// Each request is checked as [`Self::append_entries`] checks it and
+    /// handed to openraft's own pipeline, which answers each in order once
+    /// it is stored. A refused message ends the stream with its refusal,
+    /// after the answers to the requests before it.
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<RaftMessage>>,
+    ) -> Result<Response<Answers>, Status> {
+        let refusal = Arc::new(Mutex::new(None));
+        let incoming = Incoming {
+            service: self.clone(),
+            sender: certified(&request),
+            messages: request.into_inner(),
+            refusal: refusal.clone(),
+            permit: None,
+        };
+        let requests = futures::stream::unfold(incoming, Incoming::next);
+        // openraft spawns a task per stream to feed its core, and its
+        // runtime spawns only with a seed in scope (`RaftRuntime`). That
+        // task draws no random numbers, so any seed plays out the same.
+        let answers = RaftRuntime::scope(0, async { self.raft.stream_append(requests) }).await;
+        let service = self.clone();
+        let answers = answers.map(move |answer| service.stream_answer(answer));
+        let refused = futures::stream::once(async move {
+            refusal
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        })
+        .filter_map(|refusal| refusal.map(Err));
+        Ok(Response::new(Box::pin(answers.chain(refused))))
+    }
+
     async fn append_entries(
         &self,
         request: Request<RaftMessage>,
@@ -188,6 +243,77 @@ impl RaftRpc for RaftService {
         let rpc: TransferLeaderRequest<TypeConfig> = codec::decode(&message.payload)?;
         let resp = self.raft.handle_transfer_leader(rpc).await.map_err(fatal)?;
         self.reply(&resp)
+    }
+}
+
+impl RaftService {
+    /// openraft's answer to one streamed request as the message to send.
+    fn stream_answer(
+        &self,
+        answer: Result<StreamAppendResult<TypeConfig>, Fatal<TypeConfig>>,
+    ) -> Result<RaftMessage, Status> {
+        let result = answer.map_err(fatal)?;
+        // As for unary appends: anything but a higher vote means the sender
+        // is the leader this node follows.
+        if !matches!(result, Err(StreamAppendError::HigherVote(_))) {
+            self.contact.heard((self.clock)());
+        }
+        encode(&result)
+    }
+}
+
+/// The requests arriving on one `StreamAppend` stream, as openraft takes
+/// them.
+struct Incoming {
+    service: RaftService,
+    sender: Sender,
+    messages: Streaming<RaftMessage>,
+    /// Why the requests stopped, when a message was refused.
+    refusal: Arc<Mutex<Option<Status>>>,
+    /// The stream's place among [`RAFT_APPEND_STREAMS_MAX`], taken when its
+    /// first message proves the sender a member.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Incoming {
+    async fn next(mut self) -> Option<(AppendEntriesRequest<TypeConfig>, Incoming)> {
+        match self.read().await {
+            Ok(Some(rpc)) => Some((rpc, self)),
+            Ok(None) => None,
+            Err(status) => {
+                *self.refusal.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+                None
+            }
+        }
+    }
+
+    async fn read(&mut self) -> Result<Option<AppendEntriesRequest<TypeConfig>>, Status> {
+        let message = if self.permit.is_some() {
+            self.messages.message().await?
+        } else {
+            let first = Duration::from_millis(RAFT_STREAM_FIRST_MESSAGE_MS);
+            tokio::time::timeout(first, self.messages.message())
+                .await
+                .map_err(|_| {
+                    Status::deadline_exceeded(format!(
+                        "no message on a replication stream in {RAFT_STREAM_FIRST_MESSAGE_MS} ms"
+                    ))
+                })??
+        };
+        let Some(message) = message else {
+            return Ok(None);
+        };
+        self.service.open(&message, &self.sender)?;
+        if self.permit.is_none() {
+            let places = self.service.appending.clone();
+            let permit = places.try_acquire_owned().map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "already {RAFT_APPEND_STREAMS_MAX} replication streams open"
+                ))
+            })?;
+            self.permit = Some(permit);
+        }
+        codec::decode(&message.payload).map(Some)
     }
 }
 

@@ -1,0 +1,174 @@
+//! Replication as a pipeline (`Raft.StreamAppend`), the sending side.
+//!
+//! openraft hands the network a stream of AppendEntries requests for one
+//! replication session and reads the answers as a stream. Over one gRPC
+//! stream the leader sends each batch as soon as openraft makes it, without
+//! waiting for the answer to the one before; the follower answers each in
+//! order, once it has stored it. The unary path instead waits a whole round
+//! trip, the follower's fsync included, before sending what arrived
+//! meanwhile.
+//!
+//! Bounds: at most [`RAFT_STREAM_BATCHES_IN_FLIGHT_MAX`] batches are sent
+//! and not yet answered, and the oldest of them must be answered within
+//! openraft's deadline for one request, or the stream ends as unreachable
+//! (openraft then opens a new one). A stream with nothing in flight may stay
+//! idle: the leader has nothing to send, and its heartbeats go on streams of
+//! their own.
+
+use super::codec::{self, Route};
+use super::network::{append_payload, network, status_error, unreachable};
+use crate::limits::RAFT_STREAM_BATCHES_IN_FLIGHT_MAX;
+use crate::node::contact::LeaderContact;
+use crate::node::Clock;
+use fusebox_proto::v1::RaftMessage;
+use fusebox_raft_store::TypeConfig;
+use futures::{Stream, StreamExt};
+use openraft::error::RPCError;
+use openraft::raft::{AppendEntriesRequest, StreamAppendError, StreamAppendResult};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+use tonic::Streaming;
+
+/// The batches sent on one stream and not answered yet.
+pub(super) struct InFlight {
+    /// When each was sent, oldest first.
+    sent: Mutex<VecDeque<Instant>>,
+    /// One permit per batch that may still be sent.
+    window: Semaphore,
+    /// Wakes the reader when a batch is sent while none was in flight.
+    sent_one: Notify,
+}
+
+impl InFlight {
+    pub(super) fn new() -> Arc<InFlight> {
+        Arc::new(InFlight {
+            sent: Mutex::new(VecDeque::new()),
+            window: Semaphore::new(RAFT_STREAM_BATCHES_IN_FLIGHT_MAX),
+            sent_one: Notify::new(),
+        })
+    }
+
+    fn sent(&self) -> std::sync::MutexGuard<'_, VecDeque<Instant>> {
+        self.sent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for room in the window, then records a batch as sent now.
+    async fn send(&self) -> bool {
+        let Ok(permit) = self.window.acquire().await else {
+            return false;
+        };
+        permit.forget();
+        self.sent().push_back(Instant::now());
+        self.sent_one.notify_one();
+        true
+    }
+
+    /// The oldest batch in flight was answered.
+    fn answered(&self) {
+        if self.sent().pop_front().is_some() {
+            self.window.add_permits(1);
+        }
+    }
+
+    /// When the oldest batch in flight was sent.
+    fn oldest(&self) -> Option<Instant> {
+        self.sent().front().copied()
+    }
+}
+
+/// openraft's requests as the messages to send, each encoded as unary
+/// AppendEntries encodes it. A request cut to the batch's byte bound is
+/// the last one sent: the follower's answer says how far it got, and
+/// openraft sends the rest in its next session.
+pub(super) fn outgoing<S>(
+    requests: S,
+    route: Route,
+    in_flight: Arc<InFlight>,
+) -> impl Stream<Item = RaftMessage> + Send + 'static
+where
+    S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+{
+    futures::stream::unfold(Some(requests), move |requests| {
+        let (route, in_flight) = (route.clone(), in_flight.clone());
+        async move {
+            let mut requests = requests?;
+            let rpc = requests.next().await?;
+            let (payload, cut_after) = match append_payload(&rpc) {
+                Ok(encoded) => encoded,
+                Err(e) => {
+                    tracing::error!(error = %e, "encoding a replication batch failed; stream ended");
+                    return None;
+                }
+            };
+            if !in_flight.send().await {
+                return None;
+            }
+            let more = cut_after.is_none().then_some(requests);
+            Some((codec::message(&route, payload), more))
+        }
+    })
+}
+
+/// Where a follower's answers are recorded as acknowledging this leader.
+pub(super) struct Acks {
+    pub contact: Arc<LeaderContact>,
+    pub clock: Clock,
+    pub peer: u64,
+    pub addr: String,
+}
+
+/// The follower's answers as openraft reads them, in order. Ends after the
+/// first answer that is not a success (openraft stops there), when the
+/// follower ends the stream, or with an error when the oldest batch in
+/// flight goes unanswered for `ttl`.
+pub(super) fn replies(
+    replies: Streaming<RaftMessage>,
+    in_flight: Arc<InFlight>,
+    ttl: Duration,
+    acks: Acks,
+) -> impl Stream<Item = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> + Send + 'static
+{
+    let state = Some((replies, in_flight, acks));
+    futures::stream::unfold(state, move |state| async move {
+        let (mut replies, in_flight, acks) = state?;
+        loop {
+            let due = in_flight.oldest().map(|sent| sent + ttl);
+            let overdue = async {
+                match due {
+                    Some(due) => tokio::time::sleep_until(due).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                message = replies.message() => {
+                    let message = match message {
+                        Ok(Some(message)) => message,
+                        Ok(None) => return None,
+                        Err(status) => return Some((Err(status_error(&status)), None)),
+                    };
+                    in_flight.answered();
+                    let result: StreamAppendResult<TypeConfig> =
+                        match codec::decode(&message.payload) {
+                            Ok(result) => result,
+                            Err(status) => return Some((Err(network(status.message())), None)),
+                        };
+                    // Anything but a higher vote: the peer follows this node.
+                    if !matches!(result, Err(StreamAppendError::HigherVote(_))) {
+                        acks.contact.acked_by(acks.peer, (acks.clock)());
+                    }
+                    let more = result.is_ok().then_some((replies, in_flight, acks));
+                    return Some((Ok(result), more));
+                }
+                () = overdue => {
+                    let why = format!("no answer from {} in {ttl:?}", acks.addr);
+                    return Some((Err(unreachable(why)), None));
+                }
+                () = in_flight.sent_one.notified(), if due.is_none() => {}
+            }
+        }
+    })
+}

@@ -1,0 +1,258 @@
+//! The leader's side of replication as a pipeline (`Raft.StreamAppend`),
+//! against stand-in followers: batches go out without waiting for the
+//! answers to the ones before, a follower that stops answering ends the
+//! stream as unreachable (while a stream with nothing in flight may idle),
+//! and a follower without the RPC (an older node) is sent unary
+//! AppendEntries instead.
+//!
+//! The real follower's side runs in every cluster test and in the
+//! simulation, where all replication goes over these streams.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use fusebox_proto::net::Net;
+use fusebox_proto::v1::raft_server::{Raft, RaftServer};
+use fusebox_proto::v1::{RaftMessage, SnapshotChunk};
+use fusebox_raft_store::{LogId, Member, TypeConfig};
+use fusebox_server::node::contact::LeaderContact;
+use fusebox_server::raft::codec;
+use fusebox_server::raft::network::{Connection, Network};
+use futures::StreamExt;
+use openraft::error::RPCError;
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendResult};
+use openraft::RaftNetworkV2;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+#[derive(Clone, Copy)]
+enum Follower {
+    /// Reads this many messages before it answers any, then answers each
+    /// (as stored up to its last entry) as it arrives.
+    AnswersAfter(usize),
+    /// Reads every message and answers none.
+    Silent,
+    /// Has no `StreamAppend` (an older node); answers unary appends.
+    UnaryOnly,
+}
+
+#[derive(Clone)]
+struct StandIn {
+    follower: Follower,
+    streams: Arc<AtomicUsize>,
+    unary: Arc<AtomicUsize>,
+}
+
+/// What a follower that stored `rpc` answers.
+fn stored(rpc: &AppendEntriesRequest<TypeConfig>) -> StreamAppendResult<TypeConfig> {
+    Ok(rpc.prev_log_id)
+}
+
+fn answer(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<RaftMessage, Status> {
+    Ok(RaftMessage {
+        header: None,
+        payload: codec::to_bytes(&stored(rpc)).unwrap(),
+    })
+}
+
+fn unused<T>() -> Result<Response<T>, Status> {
+    Err(Status::unimplemented("not used by these tests"))
+}
+
+#[tonic::async_trait]
+impl Raft for StandIn {
+    type StreamAppendStream = ReceiverStream<Result<RaftMessage, Status>>;
+
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<RaftMessage>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        let wait_for = match self.follower {
+            Follower::UnaryOnly => return Err(Status::unimplemented("no StreamAppend here")),
+            Follower::AnswersAfter(n) => Some(n),
+            Follower::Silent => None,
+        };
+        self.streams.fetch_add(1, Ordering::SeqCst);
+        let mut messages = request.into_inner();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok(Some(message)) = messages.message().await {
+                let rpc: AppendEntriesRequest<TypeConfig> =
+                    codec::decode(&message.payload).unwrap();
+                held.push(rpc);
+                let Some(n) = wait_for else { continue };
+                if held.len() < n {
+                    continue;
+                }
+                for rpc in held.drain(..) {
+                    if tx.send(answer(&rpc)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn append_entries(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        self.unary.fetch_add(1, Ordering::SeqCst);
+        let _: AppendEntriesRequest<TypeConfig> = codec::decode(&request.into_inner().payload)?;
+        let payload = codec::to_bytes(&AppendEntriesResponse::<TypeConfig>::Success).unwrap();
+        Ok(Response::new(RaftMessage {
+            header: None,
+            payload,
+        }))
+    }
+
+    async fn vote(&self, _: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        unused()
+    }
+
+    async fn install_snapshot(
+        &self,
+        _: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        unused()
+    }
+
+    async fn transfer_leader(
+        &self,
+        _: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        unused()
+    }
+}
+
+/// Serves `follower` on a loopback port; the leader's connection to it, and
+/// the stand-in to count what it was sent.
+async fn connect(follower: Follower) -> (Connection, StandIn) {
+    let stand_in = StandIn {
+        follower,
+        streams: Arc::default(),
+        unary: Arc::default(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RaftServer::new(stand_in.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut network = Network {
+        cluster_id: "fusebox".into(),
+        me: 1,
+        net: Net::Tcp,
+        tls: None,
+        contact: Arc::new(LeaderContact::default()),
+        clock: Arc::new(|| 0),
+    };
+    let member = Member::new(addr.to_string(), addr.to_string());
+    (network.new_client(2, &member).await, stand_in)
+}
+
+/// Batch `i`: no entries, following log index `i`.
+fn batch(i: u64) -> AppendEntriesRequest<TypeConfig> {
+    AppendEntriesRequest {
+        vote: openraft::Vote::new_committed(1, 1),
+        prev_log_id: Some(log_id(i)),
+        leader_commit: None,
+        entries: Vec::new(),
+    }
+}
+
+fn log_id(index: u64) -> LogId {
+    openraft::testing::log_id::<TypeConfig>(1, 1, index)
+}
+
+/// openraft's deadline for one request: what it gives with a 400 ms
+/// heartbeat.
+fn option() -> RPCOption {
+    RPCOption::new(Duration::from_millis(400))
+}
+
+const PATIENCE: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn batches_go_out_without_waiting_for_the_answers_before_them() {
+    // The follower answers nothing until it holds three batches: a leader
+    // that waited for each answer before sending the next would never get
+    // there, and its first request would time out.
+    let (mut leader, follower) = connect(Follower::AnswersAfter(3)).await;
+    let batches = futures::stream::iter((1..=3).map(batch));
+    let answers = tokio::time::timeout(PATIENCE, async {
+        let answers = leader.stream_append(batches, option()).await.unwrap();
+        answers.collect::<Vec<_>>().await
+    })
+    .await
+    .expect("the stream ended");
+    let got: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
+    let expected: Vec<StreamAppendResult<TypeConfig>> =
+        (1..=3).map(|i| Ok(Some(log_id(i)))).collect();
+    assert_eq!(got, expected, "one answer per batch, in order");
+    assert_eq!(follower.streams.load(Ordering::SeqCst), 1);
+    assert_eq!(follower.unary.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_unanswered_batch_ends_the_stream_but_an_idle_stream_stays() {
+    let (mut leader, _follower) = connect(Follower::Silent).await;
+    // Nothing to send: the stream stays open past the deadline for one
+    // request, with nothing to report.
+    let (tx, rx) = mpsc::channel(1);
+    let mut answers = leader
+        .stream_append(ReceiverStream::new(rx), option())
+        .await
+        .unwrap();
+    let idle = tokio::time::timeout(Duration::from_millis(1_500), answers.next()).await;
+    assert!(idle.is_err(), "an idle stream ended: {idle:?}");
+    // A batch goes out and is never answered: unreachable, within about
+    // the deadline.
+    tx.send(batch(1)).await.unwrap();
+    let first = tokio::time::timeout(PATIENCE, answers.next())
+        .await
+        .expect("no error in time");
+    assert!(
+        matches!(first, Some(Err(RPCError::Unreachable(_)))),
+        "{first:?}"
+    );
+    assert!(
+        answers.next().await.is_none(),
+        "the stream goes on after its error"
+    );
+}
+
+#[tokio::test]
+async fn a_follower_without_streams_is_sent_unary_appends() {
+    let (mut leader, follower) = connect(Follower::UnaryOnly).await;
+    // The first session learns the follower has no StreamAppend...
+    let refused = leader
+        .stream_append(futures::stream::iter([batch(1)]), option())
+        .await
+        .is_err();
+    assert!(refused, "a refused stream was reported open");
+    // ...and later ones send it one AppendEntries at a time, without asking
+    // again.
+    for _ in 0..2 {
+        let batches = futures::stream::iter((1..=3).map(batch));
+        let answers = tokio::time::timeout(PATIENCE, async {
+            let answers = leader.stream_append(batches, option()).await.unwrap();
+            answers.collect::<Vec<_>>().await
+        })
+        .await
+        .expect("the unary appends ended");
+        assert_eq!(answers.len(), 3, "{answers:?}");
+        assert!(
+            answers.iter().all(|a| matches!(a, Ok(Ok(_)))),
+            "{answers:?}"
+        );
+    }
+    assert_eq!(follower.unary.load(Ordering::SeqCst), 6);
+}
