@@ -1,9 +1,10 @@
 //! The leader's side of replication as a pipeline (`Raft.StreamAppend`),
 //! against stand-in followers: batches go out without waiting for the
-//! answers to the ones before, a follower that stops answering ends the
-//! stream as unreachable (while a stream with nothing in flight may idle),
-//! and a follower without the RPC (an older node) is sent unary
-//! AppendEntries instead.
+//! answers to the ones before, no stream is opened before there is a batch
+//! to send (openraft's backoff is a pause before its next batch), a
+//! follower that stops answering ends the stream as unreachable while a
+//! stream with nothing in flight may idle, and a follower without the RPC
+//! (an older node) is sent unary AppendEntries instead.
 //!
 //! The real follower's side runs in every cluster test and in the
 //! simulation, where all replication goes over these streams.
@@ -34,8 +35,9 @@ enum Follower {
     /// Reads this many messages before it answers any, then answers each
     /// (as stored up to its last entry) as it arrives.
     AnswersAfter(usize),
-    /// Reads every message and answers none.
-    Silent,
+    /// Answers each of the first this many messages as it arrives, then
+    /// no more.
+    AnswersFirst(usize),
     /// Has no `StreamAppend` (an older node); answers unary appends.
     UnaryOnly,
 }
@@ -71,28 +73,31 @@ impl Raft for StandIn {
         &self,
         request: Request<Streaming<RaftMessage>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
-        let wait_for = match self.follower {
+        let (wait_for, answered) = match self.follower {
             Follower::UnaryOnly => return Err(Status::unimplemented("no StreamAppend here")),
-            Follower::AnswersAfter(n) => Some(n),
-            Follower::Silent => None,
+            Follower::AnswersAfter(n) => (n, usize::MAX),
+            Follower::AnswersFirst(n) => (1, n),
         };
         self.streams.fetch_add(1, Ordering::SeqCst);
         let mut messages = request.into_inner();
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
-            let mut held = Vec::new();
+            let (mut held, mut answers) = (Vec::new(), 0);
             while let Ok(Some(message)) = messages.message().await {
                 let rpc: AppendEntriesRequest<TypeConfig> =
                     codec::decode(&message.payload).unwrap();
                 held.push(rpc);
-                let Some(n) = wait_for else { continue };
-                if held.len() < n {
+                if held.len() < wait_for {
                     continue;
                 }
                 for rpc in held.drain(..) {
+                    if answers == answered {
+                        continue;
+                    }
                     if tx.send(answer(&rpc)).await.is_err() {
                         return;
                     }
+                    answers += 1;
                 }
             }
         });
@@ -202,26 +207,42 @@ async fn batches_go_out_without_waiting_for_the_answers_before_them() {
 }
 
 #[tokio::test]
+async fn no_stream_opens_before_there_is_a_batch_to_send() {
+    let (mut leader, follower) = connect(Follower::AnswersAfter(1)).await;
+    let (_tx, rx) = mpsc::channel(1);
+    let opening = tokio::time::timeout(
+        Duration::from_millis(500),
+        leader.stream_append(ReceiverStream::new(rx), option()),
+    )
+    .await;
+    assert!(opening.is_err(), "the stream opened with nothing to send");
+    assert_eq!(follower.streams.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn an_unanswered_batch_ends_the_stream_but_an_idle_stream_stays() {
-    let (mut leader, _follower) = connect(Follower::Silent).await;
-    // Nothing to send: the stream stays open past the deadline for one
-    // request, with nothing to report.
+    let (mut leader, _follower) = connect(Follower::AnswersFirst(1)).await;
     let (tx, rx) = mpsc::channel(1);
+    tx.send(batch(1)).await.unwrap();
     let mut answers = leader
         .stream_append(ReceiverStream::new(rx), option())
         .await
         .unwrap();
+    let first = tokio::time::timeout(PATIENCE, answers.next()).await;
+    assert!(matches!(first, Ok(Some(Ok(Ok(_))))), "{first:?}");
+    // Nothing more to send: the stream stays open past the deadline for
+    // one request, with nothing to report.
     let idle = tokio::time::timeout(Duration::from_millis(1_500), answers.next()).await;
     assert!(idle.is_err(), "an idle stream ended: {idle:?}");
     // A batch goes out and is never answered: unreachable, within about
     // the deadline.
-    tx.send(batch(1)).await.unwrap();
-    let first = tokio::time::timeout(PATIENCE, answers.next())
+    tx.send(batch(2)).await.unwrap();
+    let second = tokio::time::timeout(PATIENCE, answers.next())
         .await
         .expect("no error in time");
     assert!(
-        matches!(first, Some(Err(RPCError::Unreachable(_)))),
-        "{first:?}"
+        matches!(second, Some(Err(RPCError::Unreachable(_)))),
+        "{second:?}"
     );
     assert!(
         answers.next().await.is_none(),

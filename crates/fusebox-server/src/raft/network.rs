@@ -176,15 +176,26 @@ impl Connection {
         codec::decode(&reply.payload).map_err(|s| network(s.message()))
     }
 
-    /// Opens a `StreamAppend` stream carrying `requests`, within `ttl`.
+    /// Opens a `StreamAppend` stream carrying `requests`, within `ttl`,
+    /// once the first request is ready. openraft's backoff after an error
+    /// is a pause before it yields its next request, so a stream opened
+    /// before that would redial a peer that refuses connections in a tight
+    /// loop (seen in the simulation: a down node's port exhausted a leader's
+    /// ephemeral ports).
+    ///
+    /// The stream ends at once, with no answer, when `requests` does.
     async fn open_stream<S>(
         &mut self,
-        requests: S,
+        mut requests: S,
         ttl: Duration,
     ) -> Result<Answers<'static>, RPCError<TypeConfig>>
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
     {
+        let Some(first) = requests.next().await else {
+            return Ok(Box::pin(futures::stream::empty()));
+        };
+        let requests = futures::stream::iter([first]).chain(requests);
         let in_flight = InFlight::new();
         let outgoing = append_stream::outgoing(requests, self.route.clone(), in_flight.clone());
         let mut client = self.client()?;
