@@ -185,19 +185,26 @@ fn option() -> RPCOption {
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
+type Answer = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>;
+
+/// Batches 1 to 3 sent as one session; every answer, once the answers end.
+async fn three_batches(leader: &mut Connection) -> Vec<Answer> {
+    let batches = futures::stream::iter((1..=3).map(batch));
+    tokio::time::timeout(PATIENCE, async {
+        let answers = leader.stream_append(batches, option()).await.unwrap();
+        answers.collect::<Vec<_>>().await
+    })
+    .await
+    .expect("the answers ended")
+}
+
 #[tokio::test]
 async fn batches_go_out_without_waiting_for_the_answers_before_them() {
     // The follower answers nothing until it holds three batches: a leader
     // that waited for each answer before sending the next would never get
     // there, and its first request would time out.
     let (mut leader, follower) = connect(Follower::AnswersAfter(3)).await;
-    let batches = futures::stream::iter((1..=3).map(batch));
-    let answers = tokio::time::timeout(PATIENCE, async {
-        let answers = leader.stream_append(batches, option()).await.unwrap();
-        answers.collect::<Vec<_>>().await
-    })
-    .await
-    .expect("the stream ended");
+    let answers = three_batches(&mut leader).await;
     let got: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
     let expected: Vec<StreamAppendResult<TypeConfig>> =
         (1..=3).map(|i| Ok(Some(log_id(i)))).collect();
@@ -262,13 +269,7 @@ async fn a_follower_without_streams_is_sent_unary_appends() {
     // ...and later ones send it one AppendEntries at a time, without asking
     // again.
     for _ in 0..2 {
-        let batches = futures::stream::iter((1..=3).map(batch));
-        let answers = tokio::time::timeout(PATIENCE, async {
-            let answers = leader.stream_append(batches, option()).await.unwrap();
-            answers.collect::<Vec<_>>().await
-        })
-        .await
-        .expect("the unary appends ended");
+        let answers = three_batches(&mut leader).await;
         assert_eq!(answers.len(), 3, "{answers:?}");
         assert!(
             answers.iter().all(|a| matches!(a, Ok(Ok(_)))),
