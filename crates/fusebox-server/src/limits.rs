@@ -151,7 +151,8 @@ pub const RAFT_STREAM_UNARY_MS: u64 = 60_000;
 /// with `RESOURCE_EXHAUSTED`. A leader holds one per follower, plus one for
 /// each heartbeat in flight; the rest is room for streams of leaders cut
 /// off by a partition, which stay until the connection's keepalive gives up
-/// on them (up to 40 s on the receiving side).
+/// on them ([`SERVER_PING_INTERVAL_MS`] plus [`SERVER_PING_TIMEOUT_MS`] on
+/// the receiving side).
 pub const RAFT_APPEND_STREAMS_MAX: usize = 64;
 /// How long a `StreamAppend` stream may stay open before its first message,
 /// in milliseconds; a stream that has not said who sent it by then is ended

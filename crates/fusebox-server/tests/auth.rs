@@ -360,6 +360,22 @@ fn pipelined_begin(id: u64, ns: &str) -> PipelineRequest {
     }
 }
 
+/// Opens a ledger pipeline on `node` as `token`, sending `messages`; the
+/// replies.
+async fn open_pipeline(
+    node: &node_support::Node,
+    token: &str,
+    messages: impl tokio_stream::Stream<Item = PipelineRequest> + Send + 'static,
+) -> Streaming<fusebox_proto::v1::PipelineResponse> {
+    let mut open = Request::new(messages);
+    bearer(&mut open, token);
+    LedgerClient::new(node.channel.clone())
+        .pipeline(open)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Sends `message` on a pipeline and reads the one reply it gets.
 async fn one_reply(
     calls: &tokio::sync::mpsc::Sender<PipelineRequest>,
@@ -389,13 +405,8 @@ async fn a_pipelined_call_is_admitted_on_its_own() {
     let node = node().await;
     let (token, token_id) = issue(&node, "agent-3", Role::Agent, &[OWN]).await;
     let (calls, sent) = tokio::sync::mpsc::channel(4);
-    let mut open = Request::new(tokio_stream::wrappers::ReceiverStream::new(sent));
-    bearer(&mut open, &token);
-    let mut replies = LedgerClient::new(node.channel.clone())
-        .pipeline(open)
-        .await
-        .unwrap()
-        .into_inner();
+    let sent = tokio_stream::wrappers::ReceiverStream::new(sent);
+    let mut replies = open_pipeline(&node, &token, sent).await;
 
     let own = one_reply(&calls, &mut replies, pipelined_begin(1, OWN)).await;
     assert_eq!((own.id, code_of(&own)), (1, Code::Ok), "{own:?}");
@@ -426,14 +437,8 @@ async fn a_pipelined_call_is_admitted_on_its_own() {
 async fn empty_pipeline_messages_count_against_the_callers_rate() {
     let node = slow_node().await;
     let (token, _) = issue(&node, "idle-agent", Role::Agent, &[OWN]).await;
-    let empties = (0..20).map(|_| fusebox_proto::v1::PipelineRequest::default());
-    let mut open = Request::new(tokio_stream::iter(empties));
-    bearer(&mut open, &token);
-    let mut replies = LedgerClient::new(node.channel.clone())
-        .pipeline(open)
-        .await
-        .unwrap()
-        .into_inner();
+    let empties = (0..20).map(|_| PipelineRequest::default());
+    let mut replies = open_pipeline(&node, &token, tokio_stream::iter(empties)).await;
     let ended = match tokio::time::timeout(Duration::from_secs(10), replies.message()).await {
         Ok(Ok(Some(reply))) => panic!("empty messages get no reply: {reply:?}"),
         Ok(Ok(None)) => panic!("20 empty messages at once fit a burst of 5"),
