@@ -50,7 +50,7 @@ pub(crate) const LOG_TAIL_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// profile of `fusebox bench ledger` at 64 clients, those inserts were 18%
 /// of a follower's CPU). Smaller tables are flushed more often and
 /// merged by compaction, off the apply path.
-pub(crate) const LEDGER_MEMTABLE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const LEDGER_MEMTABLE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Bloom filter bits per record key, on disk and in the memtable: a `begin`
 /// on a fresh key reads a record that is not there, and the filter answers
