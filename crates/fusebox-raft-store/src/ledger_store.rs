@@ -38,14 +38,14 @@
 //! the error stops Raft before any answer computed from it is acknowledged.
 
 use crate::codec::{decode, encode};
-use crate::limits::INSTALL_BATCH_BYTES_MAX;
+use crate::limits::{INSTALL_BATCH_BYTES_MAX, RECENT_RECORDS_BYTES_MAX, RECENT_RECORDS_MAX};
 use crate::rocks::{cf, db_error, CF_LEDGER, CF_LEDGER_INDEX, CF_META};
 use fusebox_core::ledger::{deadline, Index, LedgerStore, Record, Status};
 use fusebox_core::machine::{SnapshotReader, SnapshotWriter};
 use fusebox_core::time::Timestamp;
 use fusebox_core::{CoreError, Namespace};
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions, DB};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -110,9 +110,17 @@ fn status_byte(status: Status) -> u8 {
     }
 }
 
-/// The prefix every key of `index` in `ns` starts with.
-fn index_prefix(ns: &Namespace, index: Index<'_>) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
+/// The prefix every key of `index` in `ns` starts with, in a buffer with
+/// room for `room` more bytes (keys are built on every apply: one
+/// allocation each, not one per doubling).
+fn index_prefix(ns: &Namespace, index: Index<'_>, room: usize) -> (Vec<u8>, bool) {
+    let value = match index {
+        Index::Intent(v) | Index::Operation(v) => v.len(),
+        Index::Tool(t) => t.as_str().len(),
+        Index::All | Index::Status(_) => 0,
+    };
+    // Tag or status byte, two terminated strings, and the key to come.
+    let mut out = Vec::with_capacity(2 + ns.as_str().len() + 2 + value + 2 + room);
     let indexed = match index {
         Index::All => {
             push_key(&mut out, ns.as_str());
@@ -137,7 +145,8 @@ fn index_prefix(ns: &Namespace, index: Index<'_>) -> (Vec<u8>, bool) {
 }
 
 fn deadline_key(at: Timestamp, ns: &Namespace, key: &str) -> Vec<u8> {
-    let mut out = vec![TAG_DEADLINE];
+    let mut out = Vec::with_capacity(1 + 8 + ns.as_str().len() + 2 + key.len() + 2);
+    out.push(TAG_DEADLINE);
     out.extend_from_slice(&at.as_millis().to_be_bytes());
     push_key(&mut out, ns.as_str());
     push_key(&mut out, key);
@@ -153,15 +162,16 @@ fn count_key(ns: &Namespace) -> Vec<u8> {
 /// Every index key a record is listed under.
 fn index_keys(ns: &Namespace, r: &Record) -> Vec<Vec<u8>> {
     let with_key = |index: Index<'_>| {
-        let (mut k, _) = index_prefix(ns, index);
+        let (mut k, _) = index_prefix(ns, index, r.key.len() + 2);
         push_key(&mut k, &r.key);
         k
     };
-    let mut keys = vec![
+    let mut keys = Vec::with_capacity(5);
+    keys.extend([
         with_key(Index::Intent(&r.intent_id)),
         with_key(Index::Tool(&r.tool)),
         with_key(Index::Status(r.status)),
-    ];
+    ]);
     if let Some(op) = &r.operation_id {
         keys.push(with_key(Index::Operation(op)));
     }
@@ -195,8 +205,76 @@ struct Pending {
     counts: BTreeMap<Namespace, i64>,
 }
 
+/// Records as the last written entries left them on disk, decoded (absent
+/// for a removed one), oldest dropped first past [`RECENT_RECORDS_MAX`] or
+/// [`RECENT_RECORDS_BYTES_MAX`]. Filled only after an entry's batch is
+/// written, emptied when a snapshot replaces the ledger: whatever it holds
+/// is what a read of the disk would answer.
+#[derive(Default)]
+struct Recent {
+    /// Record key → (the write's sequence number, the record and its size).
+    records: HashMap<Vec<u8>, (u64, Option<Record>, usize)>,
+    /// (sequence number, key) of every write kept, oldest first; a key
+    /// written again leaves its older line here, skipped when dropped.
+    order: VecDeque<(u64, Vec<u8>)>,
+    next: u64,
+    bytes: usize,
+}
+
+impl Recent {
+    fn get(&self, key: &[u8]) -> Option<&Option<Record>> {
+        self.records.get(key).map(|(_, record, _)| record)
+    }
+
+    fn keep(&mut self, key: Vec<u8>, record: Option<Record>) {
+        let size = key.len() + record.as_ref().map_or(0, record_bytes);
+        if size > RECENT_RECORDS_BYTES_MAX / 16 {
+            // Too large to keep: forget any older copy instead.
+            if let Some((_, _, old)) = self.records.remove(&key) {
+                self.bytes -= old;
+            }
+            return;
+        }
+        let seq = self.next;
+        self.next += 1;
+        self.order.push_back((seq, key.clone()));
+        if let Some((_, _, old)) = self.records.insert(key, (seq, record, size)) {
+            self.bytes -= old;
+        }
+        self.bytes += size;
+        while self.order.len() > RECENT_RECORDS_MAX || self.bytes > RECENT_RECORDS_BYTES_MAX {
+            let Some((seq, key)) = self.order.pop_front() else {
+                break;
+            };
+            if self.records.get(&key).is_some_and(|(s, _, _)| *s == seq) {
+                if let Some((_, _, old)) = self.records.remove(&key) {
+                    self.bytes -= old;
+                }
+            }
+        }
+    }
+}
+
+/// About what a record takes in memory: its strings, its result and the
+/// rest of the struct.
+fn record_bytes(r: &Record) -> usize {
+    let strings = [
+        Some(&r.key),
+        Some(&r.fingerprint),
+        Some(&r.intent_id),
+        Some(&r.target),
+        Some(&r.attempt),
+        r.operation_id.as_ref(),
+        r.reason.as_ref(),
+    ];
+    let text: usize = strings.iter().flatten().map(|s| s.len()).sum();
+    std::mem::size_of::<Record>() + text + r.tool.as_str().len() + r.result.as_ref().map_or(0, Vec::len)
+}
+
 struct Inner {
     db: Arc<DB>,
+    /// Records the last entries wrote, decoded.
+    recent: Recent,
     /// Records per namespace as on disk (namespaces are bounded).
     counts: BTreeMap<Namespace, u64>,
     /// The last log index whose ledger changes are on disk.
@@ -234,6 +312,7 @@ impl RocksLedger {
         let ledger = RocksLedger {
             inner: Arc::new(Mutex::new(Inner {
                 db,
+                recent: Recent::default(),
                 counts,
                 applied,
                 deadline_floor: 0,
@@ -263,6 +342,9 @@ impl Inner {
     fn read_record(&mut self, key: &[u8]) -> Option<Record> {
         if let Some(pending) = self.pending.records.get(key) {
             return pending.clone();
+        }
+        if let Some(recent) = self.recent.get(key) {
+            return recent.clone();
         }
         let db = self.db.clone();
         let family = match cf(&db, CF_LEDGER) {
@@ -435,7 +517,7 @@ impl LedgerStore for RocksLedger {
 
     fn scan(&self, ns: &Namespace, index: Index<'_>, after: &str, budget: usize) -> Vec<String> {
         let mut inner = self.lock();
-        let (prefix, in_index) = index_prefix(ns, index);
+        let (prefix, in_index) = index_prefix(ns, index, 0);
         let family = if in_index { CF_LEDGER_INDEX } else { CF_LEDGER };
         let mut start = prefix.clone();
         push_key(&mut start, after);
@@ -525,6 +607,9 @@ impl LedgerControl {
         counts.retain(|_, n| *n > 0);
         inner.counts = counts;
         inner.applied = Some(index);
+        for (key, record) in pending.records {
+            inner.recent.keep(key, record);
+        }
         Ok(())
     }
 
@@ -567,8 +652,10 @@ impl LedgerControl {
         commit: impl FnOnce(&SnapshotReader<R>, &mut WriteBatch) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut inner = self.ledger.lock();
-        // The snapshot's deadlines may lie anywhere.
+        // The snapshot's deadlines may lie anywhere, and its records are
+        // not the ones kept.
         inner.deadline_floor = 0;
+        inner.recent = Recent::default();
         let db = inner.db.clone();
         let (records, indexes, meta) = (
             cf(&db, CF_LEDGER)?,
@@ -776,6 +863,103 @@ mod tests {
         entry(&control, 8, |l| begin(l, "late", 1_000, 500));
         assert_eq!(due_keys(&control, 9, 5_000, 100), ["late"]);
         assert_eq!(control.ledger.lock().deadline_floor, 1_500);
+    }
+
+    /// The record on disk for `key` in namespace `fleet`, read past the
+    /// recent records.
+    fn on_disk(control: &LedgerControl, key: &str) -> Option<Record> {
+        let db = control.ledger.lock().db.clone();
+        let k = record_key(&Namespace::new("fleet").unwrap(), key);
+        let bytes = db.get_cf(cf(&db, CF_LEDGER).unwrap(), &k).unwrap()?;
+        Some(decode_record(&k, &bytes).unwrap().1)
+    }
+
+    fn kept(control: &LedgerControl, key: &str) -> Option<Option<Record>> {
+        let k = record_key(&Namespace::new("fleet").unwrap(), key);
+        control.ledger.lock().recent.get(&k).cloned()
+    }
+
+    #[test]
+    fn recent_records_answer_what_the_disk_holds() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
+        let (ledger, control) = RocksLedger::open(db).unwrap();
+        let ns = Namespace::new("fleet").unwrap();
+        entry(&control, 1, |l| begin(l, "k", 1_000, 500));
+        assert!(on_disk(&control, "k").is_some());
+        assert_eq!(kept(&control, "k"), Some(on_disk(&control, "k")));
+        assert_eq!(ledger.get(&ns, "k"), on_disk(&control, "k"));
+
+        // A replayed entry's writes are discarded, and so not kept.
+        control.begin_entry(1);
+        let old = ledger.get(&ns, "k").unwrap();
+        control.ledger.clone().remove(&ns, &old);
+        control.commit(None).unwrap();
+        assert_eq!(kept(&control, "k"), Some(on_disk(&control, "k")));
+        assert!(ledger.get(&ns, "k").is_some());
+
+        // A removal is kept as absent.
+        entry(&control, 2, |l| {
+            let old = l.get(&ns, "k").unwrap();
+            l.remove(&ns, &old);
+        });
+        assert_eq!(on_disk(&control, "k"), None);
+        assert_eq!(kept(&control, "k"), Some(None));
+        assert_eq!(ledger.get(&ns, "k"), None);
+
+        // An entry that fails to commit keeps nothing.
+        entry(&control, 3, |l| begin(l, "k", 1_000, 500));
+        control.begin_entry(4);
+        let old = ledger.get(&ns, "k").unwrap();
+        control.ledger.clone().remove(&ns, &old);
+        control.ledger.lock().latch("test", "injected");
+        assert!(control.commit(None).is_err());
+        assert!(kept(&control, "k").is_some_and(|r| r.is_some()));
+    }
+
+    #[test]
+    fn recent_records_stay_within_their_bounds() {
+        let mut recent = Recent::default();
+        let record = |key: &str, result: usize| Record {
+            key: key.to_owned(),
+            fingerprint: "fp".into(),
+            intent_id: "intent".into(),
+            tool: fusebox_core::ToolName::new("charge").unwrap(),
+            target: "acct".into(),
+            effect: fusebox_core::policy::EffectClass::NonIdempotentWrite,
+            status: Status::Succeeded,
+            attempt: "a".into(),
+            attempts: 1,
+            lease_until: None,
+            created_at: Timestamp::from_millis(1),
+            updated_at: Timestamp::from_millis(2),
+            completed_at: Some(Timestamp::from_millis(2)),
+            expires_at: Some(Timestamp::from_millis(3)),
+            operation_id: None,
+            result: Some(vec![0; result]),
+            reason: None,
+            ambiguity: None,
+            resolution: None,
+        };
+        for i in 0..RECENT_RECORDS_MAX + 100 {
+            let key = format!("k{i}");
+            recent.keep(key.clone().into_bytes(), Some(record(&key, 0)));
+        }
+        assert_eq!(recent.records.len(), RECENT_RECORDS_MAX);
+        assert!(recent.get(b"k0").is_none());
+        assert!(recent.get(format!("k{}", RECENT_RECORDS_MAX + 99).as_bytes()).is_some());
+        // Large records push the oldest out by their bytes.
+        for i in 0..40 {
+            let key = format!("big{i}");
+            recent.keep(key.clone().into_bytes(), Some(record(&key, 200 * 1024)));
+        }
+        assert!(recent.bytes <= RECENT_RECORDS_BYTES_MAX);
+        assert!(recent.get(b"big39").is_some());
+        // One too large for the cache is not kept, and drops an older copy.
+        recent.keep(b"big39".to_vec(), Some(record("big39", RECENT_RECORDS_BYTES_MAX)));
+        assert!(recent.get(b"big39").is_none());
+        let counted: usize = recent.records.values().map(|(_, _, n)| n).sum();
+        assert_eq!(counted, recent.bytes);
     }
 
     #[test]
