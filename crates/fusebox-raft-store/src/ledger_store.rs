@@ -918,6 +918,30 @@ mod tests {
     }
 
     #[test]
+    fn an_installed_snapshot_replaces_the_recent_records() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
+        let (ledger, control) = RocksLedger::open(db).unwrap();
+        let ns = Namespace::new("fleet").unwrap();
+        entry(&control, 1, |l| begin(l, "k", 1_000, 500));
+        entry(&control, 2, |l| begin(l, "gone", 1_000, 500));
+        // The snapshot's "k" moved on; it has no "gone".
+        let mut moved = ledger.get(&ns, "k").unwrap();
+        moved.status = Status::Abandoned;
+        moved.lease_until = None;
+        let fleet = fusebox_core::machine::Fleet::default();
+        let mut writer = SnapshotWriter::new(&fleet).unwrap();
+        writer.record(&ns, &moved).unwrap();
+        let bytes = writer.finish().unwrap();
+        let (_, mut reader) = SnapshotReader::open(bytes.as_slice()).unwrap();
+        control
+            .install(&mut reader, Some(10), |_, _| Ok(()))
+            .unwrap();
+        assert_eq!(ledger.get(&ns, "k"), Some(moved));
+        assert_eq!(ledger.get(&ns, "gone"), None);
+    }
+
+    #[test]
     fn recent_records_stay_within_their_bounds() {
         let mut recent = Recent::default();
         let record = |key: &str, result: usize| Record {
