@@ -803,6 +803,14 @@ mod tests {
         }
     }
 
+    /// A ledger in a new database, and the folder that holds it.
+    fn opened() -> (tempfile::TempDir, RocksLedger, LedgerControl) {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
+        let (ledger, control) = RocksLedger::open(db).unwrap();
+        (dir, ledger, control)
+    }
+
     /// Applies `f` to the ledger as one entry, `index`.
     fn entry(control: &LedgerControl, index: u64, f: impl FnOnce(&mut RocksLedger)) {
         control.begin_entry(index);
@@ -836,9 +844,7 @@ mod tests {
 
     #[test]
     fn the_deadline_scan_skips_only_what_cannot_be_due() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
-        let (_, control) = RocksLedger::open(db).unwrap();
+        let (_dir, _, control) = opened();
         // Leases lapse at 2_000, 2_010, ..., 2_090.
         entry(&control, 1, |l| {
             for i in 0..10 {
@@ -881,9 +887,7 @@ mod tests {
 
     #[test]
     fn recent_records_answer_what_the_disk_holds() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
-        let (ledger, control) = RocksLedger::open(db).unwrap();
+        let (_dir, ledger, control) = opened();
         let ns = Namespace::new("fleet").unwrap();
         entry(&control, 1, |l| begin(l, "k", 1_000, 500));
         assert!(on_disk(&control, "k").is_some());
@@ -919,9 +923,7 @@ mod tests {
 
     #[test]
     fn an_installed_snapshot_replaces_the_recent_records() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
-        let (ledger, control) = RocksLedger::open(db).unwrap();
+        let (_dir, ledger, control) = opened();
         let ns = Namespace::new("fleet").unwrap();
         entry(&control, 1, |l| begin(l, "k", 1_000, 500));
         entry(&control, 2, |l| begin(l, "gone", 1_000, 500));
