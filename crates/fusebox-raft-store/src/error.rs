@@ -65,7 +65,13 @@ pub enum StoreError {
     /// machine cannot be restored; starting empty would silently lose state.
     #[error("load persisted snapshot: {0}")]
     Snapshot(io::Error),
-    /// The log flusher thread could not be started.
-    #[error("start log flusher thread: {0}")]
-    Flusher(io::Error),
+    /// One of the store's own threads (the log flusher, the storage
+    /// thread) could not be started.
+    #[error("start the {which} thread: {source}")]
+    Thread {
+        /// Which thread.
+        which: &'static str,
+        /// What went wrong.
+        source: io::Error,
+    },
 }

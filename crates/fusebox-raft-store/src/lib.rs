@@ -34,10 +34,11 @@
 //! | `build_snapshot` | before it returns: the file fsynced, renamed into place and its folder synced, then its pointer written with `sync = true`; not kept at all if the snapshot on disk is newer (an install overtook the build) |
 //! | `install_snapshot` | before it returns: the file fsynced and renamed into place, an `installing` pointer synced, the ledger replaced in bounded batches, the last of which (synced) moves the current pointer; a crash before that redoes the install at the next open |
 //!
-//! The store's RocksDB calls run on tokio's blocking pool ([`blocking`]),
-//! and WAL fsyncs for appends on a dedicated flusher thread; on a thread
-//! marked by [`run_inline`] (the deterministic simulation) both run inline
-//! instead. Two calls block and are the caller's to place: [`open`], and
+//! Appends and applies run on the store's own storage thread, one at a
+//! time (`storage_thread`), its other RocksDB calls on tokio's blocking pool
+//! ([`blocking`]), and WAL fsyncs for appends on a dedicated flusher thread;
+//! on a thread marked by [`run_inline`] (the deterministic simulation) all
+//! of them run inline instead. Two calls block and are the caller's to place: [`open`], and
 //! the closure given to [`StateStore::with_state`] when it reads the
 //! ledger. Data read from disk is never trusted: a value that does not
 //! decode is an `io::Error` naming what was read (a failed ledger read
@@ -85,6 +86,7 @@ with_rocksdb! {
     mod snapshot_builder;
     mod snapshot_slot;
     mod state_store;
+    mod storage_thread;
 
     pub use error::StoreError;
     pub use flusher::wal_syncs;
@@ -111,8 +113,11 @@ with_rocksdb! {
     pub fn open(dir: &Path, me: &DirIdentity) -> Result<(LogStore, StateStore), StoreError> {
         let db = Arc::new(rocks::open_db(dir)?);
         identity::claim(&db, dir, me)?;
-        let state = StateStore::open(db.clone(), dir).map_err(StoreError::Snapshot)?;
-        let flusher = flusher::Flusher::start(db.clone()).map_err(StoreError::Flusher)?;
-        Ok((log_store::LogStore::new(db, flusher), state))
+        let thread = |which| move |source| StoreError::Thread { which, source };
+        let storage = storage_thread::StorageThread::start().map_err(thread("storage"))?;
+        let state = StateStore::open(db.clone(), dir, storage.clone())
+            .map_err(StoreError::Snapshot)?;
+        let flusher = flusher::Flusher::start(db.clone()).map_err(thread("log flusher"))?;
+        Ok((log_store::LogStore::new(db, flusher, storage), state))
     }
 }

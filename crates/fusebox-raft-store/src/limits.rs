@@ -8,12 +8,17 @@
 //! is streamed between files and the database ([`crate::snapshot_file`]).
 
 /// Append completions waiting for the flusher's next WAL fsync, at most; a
-/// full queue makes the next append wait (on the blocking pool), which
+/// full queue makes the next append wait (on the storage thread), which
 /// slows openraft down rather than growing memory. One fsync completes the
 /// callback that woke the flusher and up to this many more.
 pub(crate) const FLUSH_QUEUE_CALLBACKS_MAX: usize = 1024;
 
-/// Committed entries applied in one trip to the blocking pool, at most:
+/// Appends and applies waiting for the storage thread, at most; past it
+/// the next one waits for room (see [`crate::storage_thread`]). openraft
+/// hands out one of each at a time.
+pub(crate) const STORAGE_QUEUE_JOBS_MAX: usize = 16;
+
+/// Committed entries applied in one trip to the storage thread, at most:
 /// as many as openraft has ready, so a burst costs one hand-off instead of
 /// one per entry, while the first entry's answer waits for at most this
 /// many applies.

@@ -26,9 +26,10 @@
 //!   after a power loss it may lag, so openraft re-applies less on restart
 //!   (the server waits for recovery before serving reads).
 //!
-//! All writes share one WAL, so they reach disk in the order they were made,
-//! and every RocksDB call runs on tokio's blocking pool (inline on a thread
-//! marked by [`crate::run_inline`]).
+//! All writes share one WAL, so they reach disk in the order they were made.
+//! Appends run on the [storage thread](crate::storage_thread), every other
+//! RocksDB call on tokio's blocking pool (both inline on a thread marked by
+//! [`crate::run_inline`]).
 //!
 //! The latest entries are also kept in memory as appended
 //! ([`crate::log_tail`]): reads of them, which replication and applying make
@@ -38,6 +39,7 @@ use crate::codec::{corrupt, decode, encode, index_key, key_index};
 use crate::flusher::{enqueue, Flusher};
 use crate::log_tail::{kept_as_appended, LogTail};
 use crate::rocks::{self, blocking, cf, db_error, CF_LOGS, CF_META};
+use crate::storage_thread::StorageThread;
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
@@ -57,6 +59,7 @@ const KEY_LAST_PURGED: &str = "last_purged";
 pub struct LogStore {
     reader: LogReader,
     flusher: Flusher,
+    storage: StorageThread,
 }
 
 /// Reads the log and the vote; openraft holds one per replication stream.
@@ -67,13 +70,14 @@ pub struct LogReader {
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>, flusher: Flusher) -> LogStore {
+    pub(crate) fn new(db: Arc<DB>, flusher: Flusher, storage: StorageThread) -> LogStore {
         LogStore {
             reader: LogReader {
                 db,
                 tail: Arc::default(),
             },
             flusher,
+            storage,
         }
     }
 
@@ -251,7 +255,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let (db, tail) = (self.db(), self.tail());
         let sink = self.flusher.sink()?;
-        blocking(move || {
+        self.storage.run(move || {
             // Indexes this append rewrites leave the tail before the
             // database changes (openraft truncates first; this is in case).
             if let Some(first) = entries.first() {

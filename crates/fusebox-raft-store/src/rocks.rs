@@ -14,7 +14,8 @@
 //! refuses to start and says how to recover (see [`crate::StoreError`]).
 //!
 //! RocksDB calls block (disk reads, fsync), so they run on tokio's blocking
-//! pool through [`blocking`], never on a runtime worker thread.
+//! pool through [`blocking`] (appends and applies on the store's storage
+//! thread, [`crate::storage_thread`]), never on a runtime worker thread.
 
 use crate::error::StoreError;
 use crate::limits::{LEDGER_BLOOM_BITS_PER_KEY, LEDGER_MEMTABLE_BYTES};

@@ -30,8 +30,8 @@
 //! One `std::sync::Mutex` guards the state, the last applied log id and the
 //! membership together ([`crate::live`]), so every reader sees them
 //! consistent. It is never held across an `.await`: each entry is applied
-//! under a short lock on the blocking pool (the ledger reads and writes
-//! RocksDB), and a snapshot is copied under the lock (the fleet, and a
+//! under a short lock on the [storage thread](crate::storage_thread) (the
+//! ledger reads and writes RocksDB), and a snapshot is copied under the lock (the fleet, and a
 //! RocksDB point-in-time view of the ledger) then encoded and persisted
 //! without it ([`crate::snapshot_builder`]).
 
@@ -46,6 +46,7 @@ use crate::rocks::blocking;
 use crate::snapshot_builder::StateSnapshotBuilder;
 use crate::snapshot_file::SnapshotSink;
 use crate::snapshot_slot::{SnapshotSlot, Staged};
+use crate::storage_thread::StorageThread;
 use crate::types::{
     Entry, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -66,12 +67,14 @@ use std::time::Instant;
 #[derive(Clone)]
 pub struct StateStore {
     shared: Arc<Shared>,
+    /// Where entries are applied.
+    storage: StorageThread,
 }
 
 impl StateStore {
     /// Opens over `db`: the ledger where it is, the fleet from the
     /// persisted snapshot if there is one.
-    pub(crate) fn open(db: Arc<DB>, dir: &Path) -> io::Result<StateStore> {
+    pub(crate) fn open(db: Arc<DB>, dir: &Path, storage: StorageThread) -> io::Result<StateStore> {
         let snapshots = SnapshotSlot::open(db.clone(), dir)?;
         let (ledger, control) = RocksLedger::open(db.clone())?;
         if let Some((staged, previous)) = snapshots.pending()? {
@@ -112,6 +115,7 @@ impl StateStore {
         tracing::info!(last_applied = ?live.last_applied, fleet_from = from, "state machine opened");
         Ok(StateStore {
             shared: Arc::new(Shared::new(live, snapshots, control, db)),
+            storage,
         })
     }
 
@@ -317,8 +321,8 @@ impl RaftStateMachine<TypeConfig> for StateStore {
     where
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
-        // Every entry already waiting goes in one trip to the blocking
-        // pool; a failure stops the chunk there, after the entries before
+        // Every entry already waiting goes in one trip to the storage
+        // thread; a failure stops the chunk there, after the entries before
         // it have had their answers.
         let mut chunks = entries.ready_chunks(APPLY_CHUNK_ENTRIES_MAX);
         while let Some(chunk) = chunks.next().await {
@@ -335,7 +339,10 @@ impl RaftStateMachine<TypeConfig> for StateStore {
             }
             let (entries, responders): (Vec<_>, Vec<_>) = ready.into_iter().unzip();
             let store = self.clone();
-            let (responses, apply_failed) = blocking(move || Ok(store.apply_entries(entries))).await?;
+            let (responses, apply_failed) = self
+                .storage
+                .run(move || Ok(store.apply_entries(entries)))
+                .await?;
             for (response, responder) in responses.into_iter().zip(responders) {
                 if let Some(responder) = responder {
                     responder.send(response);
