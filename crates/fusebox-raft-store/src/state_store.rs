@@ -31,9 +31,9 @@
 //! membership together ([`crate::live`]), so every reader sees them
 //! consistent. It is never held across an `.await`: each entry is applied
 //! under a short lock on the [storage thread](crate::storage_thread) (the
-//! ledger reads and writes RocksDB), and a snapshot is copied under the lock (the fleet, and a
-//! RocksDB point-in-time view of the ledger) then encoded and persisted
-//! without it ([`crate::snapshot_builder`]).
+//! ledger reads and writes RocksDB), and a snapshot is copied under the
+//! lock (the fleet, and a RocksDB point-in-time view of the ledger) then
+//! encoded and persisted without it ([`crate::snapshot_builder`]).
 
 use crate::codec::{decode, encode};
 use crate::ledger_store::{load_fleet_checkpoint, LedgerControl, RocksLedger};

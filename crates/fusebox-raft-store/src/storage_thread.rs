@@ -9,7 +9,8 @@
 //! hand-off is a futex wake. One thread that stays busy while jobs are
 //! queued takes the next one without a wake, with the memtables it just
 //! searched still in its cache. Measured on the ledger bench (3 nodes, 64
-//! clients): about a sixth less server CPU per key (bench/README.md).
+//! clients, paired runs): about 4% less server CPU per key, more at 256
+//! clients (bench/README.md, "Appends and applies on one storage thread").
 //!
 //! What stays on the blocking pool: whatever may run long or is not on the
 //! write path (snapshot building and installing, votes, truncations,
