@@ -12,6 +12,7 @@ use crate::out::outln;
 use crate::table::{effect_name, or_dash, print_fields, Table};
 use crate::time_text::{instant, instant_from, now_ms};
 use clap::{Args, Subcommand, ValueEnum};
+use fusebox_core::hex::lower;
 use fusebox_core::limits::LIST_LIMIT_MAX;
 use fusebox_proto::v1 as pb;
 use serde_json::{json, Value};
@@ -140,10 +141,6 @@ fn decision_name(decision: i32) -> &'static str {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A record as JSON; a stored result that is UTF-8 is shown as text,
 /// anything else as hex.
 fn record_json(r: &pb::LedgerRecord) -> Value {
@@ -156,10 +153,10 @@ fn record_json(r: &pb::LedgerRecord) -> Value {
         .as_ref()
         .map(|bytes| match std::str::from_utf8(bytes) {
             Ok(text) => json!({"text": text}),
-            Err(_) => json!({"hex": hex(bytes)}),
+            Err(_) => json!({"hex": lower(bytes)}),
         });
     json!({
-        "namespace": r.namespace, "key": r.key, "fingerprint": hex(&r.fingerprint),
+        "namespace": r.namespace, "key": r.key, "fingerprint": lower(&r.fingerprint),
         "intent_id": r.intent_id, "server": r.server, "tool": r.tool, "target": r.target,
         "effect": effect_name(r.effect), "status": status_name(r.status),
         "attempt_id": r.attempt_id, "attempts": r.attempts,
@@ -218,8 +215,8 @@ fn record_fields(r: &pb::LedgerRecord, now: u64) -> Vec<(&'static str, String)> 
         fields.push(("resolution", text));
     }
     if let Some(bytes) = &r.result {
-        let text =
-            std::str::from_utf8(bytes).map_or_else(|_| format!("0x{}", hex(bytes)), str::to_owned);
+        let text = std::str::from_utf8(bytes)
+            .map_or_else(|_| format!("0x{}", lower(bytes)), str::to_owned);
         fields.push(("result", text));
     }
     fields

@@ -34,6 +34,7 @@ pub mod auth;
 pub mod breaker;
 pub mod disclosure;
 pub mod error;
+pub mod hex;
 pub mod ledger;
 pub mod limits;
 pub mod machine;

@@ -148,14 +148,7 @@ fn fingerprint_from_proto(bytes: &[u8]) -> Result<String, Status> {
         let reason = format!("is {} bytes, at most {max} allowed", bytes.len());
         return Err(status::invalid_field("fingerprint", &reason));
     }
-    // Every `begin` carries one: no allocation per byte.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        text.push(char::from(HEX[usize::from(b >> 4)]));
-        text.push(char::from(HEX[usize::from(b & 0x0f)]));
-    }
-    Ok(text)
+    Ok(fusebox_core::hex::lower(bytes))
 }
 
 /// The bytes a stored fingerprint was made from (hex decoded; text that is

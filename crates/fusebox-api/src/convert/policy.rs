@@ -15,10 +15,7 @@ use tonic::Status;
 
 /// Lowercase hex SHA-256 of a document's text.
 pub fn digest(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    fusebox_core::hex::lower(&Sha256::digest(text.as_bytes()))
 }
 
 /// A document format from the wire; the server refuses to guess.

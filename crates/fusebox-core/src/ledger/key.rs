@@ -18,8 +18,7 @@ pub fn derive_key(intent_id: &str, target: &str, environment: &str, approval_id:
         hasher.update(part.as_bytes());
     }
     let digest = hasher.finalize();
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{DERIVED_KEY_PREFIX}{hex}")
+    format!("{DERIVED_KEY_PREFIX}{}", crate::hex::lower(&digest[..16]))
 }
 
 #[cfg(test)]

@@ -291,10 +291,7 @@ impl<L: LedgerStore> StateMachine<L> {
 
 /// SHA-256 of bytes, as lowercase hex.
 pub fn hex_digest(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex::lower(&Sha256::digest(bytes))
 }
 
 impl StateMachine<Ledger> {

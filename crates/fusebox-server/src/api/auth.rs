@@ -89,7 +89,7 @@ fn random_hex(hex_digits: usize) -> Result<String, String> {
     let mut bytes = vec![0u8; hex_digits / 2];
     getrandom::fill(&mut bytes)
         .map_err(|e| format!("the operating system's random source failed: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(fusebox_core::hex::lower(&bytes))
 }
 
 /// A new token's id and secret (`token_text` joins them).
