@@ -86,8 +86,9 @@ pub const LEDGER_QUEUE_CALLS_MAX: usize = 4_096;
 /// Ledger batches proposed and not yet applied at once. Eight rather than
 /// four: with more appends queued, one log fsync covers more of them (at 64
 /// pipelined clients, 0.16 instead of 0.19 WAL syncs per key summed over
-/// three nodes, and about 4% more keys/s; at 256 clients about 10% more);
-/// 16 and 32 measured no better (bench/README.md, session 32).
+/// three nodes, and 2–12% more keys/s in seven paired runs; 11–14% more in
+/// two at 256 clients); 16 and 32 measured no better (bench/README.md,
+/// "Eight ledger batches in flight").
 pub const LEDGER_BATCHES_IN_FLIGHT_MAX: usize = 8;
 /// Most encoded bytes of ledger calls in one batch: well under
 /// [`ENTRY_BYTES_MAX`], so a batch of the largest calls still fits an entry.
