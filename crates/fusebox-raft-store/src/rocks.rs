@@ -18,7 +18,10 @@
 //! thread, [`crate::storage_thread`]), never on a runtime worker thread.
 
 use crate::error::StoreError;
-use crate::limits::{LEDGER_BLOOM_BITS_PER_KEY, LEDGER_MEMTABLE_BYTES};
+use crate::limits::{
+    LEDGER_BLOOM_BITS_PER_KEY, LEDGER_L0_COMPACTION_TRIGGER, LEDGER_LEVEL_BASE_BYTES,
+    LEDGER_MEMTABLE_BYTES, LEDGER_TABLE_FILE_BYTES,
+};
 use rocksdb::{
     BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode,
     Options, DB,
@@ -67,6 +70,9 @@ pub(crate) fn open_db(dir: &Path) -> Result<DB, StoreError> {
         cf_options.set_compression_type(DBCompressionType::Lz4);
         if name == CF_LEDGER || name == CF_LEDGER_INDEX {
             cf_options.set_write_buffer_size(LEDGER_MEMTABLE_BYTES);
+            cf_options.set_level_zero_file_num_compaction_trigger(LEDGER_L0_COMPACTION_TRIGGER);
+            cf_options.set_max_bytes_for_level_base(LEDGER_LEVEL_BASE_BYTES);
+            cf_options.set_target_file_size_base(LEDGER_TABLE_FILE_BYTES);
         }
         if name == CF_LEDGER {
             let mut table = BlockBasedOptions::default();
