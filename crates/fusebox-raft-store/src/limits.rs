@@ -63,14 +63,15 @@ pub(crate) const LEDGER_MEMTABLE_BYTES: usize = 4 * 1024 * 1024;
 /// twice as many at once halves how often that is rewritten.
 pub(crate) const LEDGER_L0_COMPACTION_TRIGGER: i32 = 8;
 
-/// Bytes of the ledger's (and its index's) first level below level 0,
-/// before compaction adds a level under it (RocksDB's default is 256 MiB).
-/// With the default, level 0 merges straight into one bottom level until
-/// that holds 256 MiB, rewriting all of it at every merge: the longer a
+/// Bytes the ledger's (and its index's) level that level 0 merges into
+/// may hold (RocksDB's default is 256 MiB). RocksDB sizes levels from the
+/// bottom up: level 0 merges straight into the bottom level until that
+/// holds this much, rewriting all of it at every merge, so the longer a
 /// node ran, the more each merge cost (in a 120-second `fusebox bench
 /// ledger` run at 64 clients, the last merges rewrote 4.4 million index
-/// entries each). With a small first level, a merge rewrites at most about
-/// ten times what it brings down, however large the ledger grows.
+/// entries each). With 16 MiB, levels are added above the bottom one
+/// early, each a tenth of the one below, and a merge rewrites at most
+/// about ten times what it brings down, however large the ledger grows.
 pub(crate) const LEDGER_LEVEL_BASE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Bytes of each ledger table file compaction writes (RocksDB's default is
