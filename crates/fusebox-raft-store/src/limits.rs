@@ -69,9 +69,9 @@ pub(crate) const LEDGER_L0_COMPACTION_TRIGGER: i32 = 8;
 /// holds this much, rewriting all of it at every merge, so the longer a
 /// node ran, the more each merge cost (in a 120-second `fusebox bench
 /// ledger` run at 64 clients, the last merges rewrote 4.4 million index
-/// entries each). With 16 MiB, levels are added above the bottom one
-/// early, each a tenth of the one below, and a merge rewrites at most
-/// about ten times what it brings down, however large the ledger grows.
+/// entries each). With 16 MiB, RocksDB adds levels above the bottom one
+/// early, so a merge no longer rewrites the whole ledger: in a 90-second
+/// run, compaction read 24.7 million entries per node instead of 72.7.
 pub(crate) const LEDGER_LEVEL_BASE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Bytes of each ledger table file compaction writes (RocksDB's default is
