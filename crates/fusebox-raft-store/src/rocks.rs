@@ -20,7 +20,7 @@
 use crate::error::StoreError;
 use crate::limits::{
     LEDGER_BLOOM_BITS_PER_KEY, LEDGER_L0_COMPACTION_TRIGGER, LEDGER_LEVEL_BASE_BYTES,
-    LEDGER_MEMTABLE_BYTES, LEDGER_TABLE_FILE_BYTES,
+    LEDGER_MEMTABLE_BYTES, LEDGER_TABLE_FILE_BYTES, WAL_BYTES_MAX,
 };
 use rocksdb::{
     BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode,
@@ -65,6 +65,7 @@ pub(crate) fn open_db(dir: &Path) -> Result<DB, StoreError> {
     options.set_compression_type(DBCompressionType::Lz4);
     options.set_wal_recovery_mode(DBRecoveryMode::TolerateCorruptedTailRecords);
     options.set_paranoid_checks(true);
+    options.set_max_total_wal_size(WAL_BYTES_MAX);
     let families = COLUMN_FAMILIES.map(|name| {
         let mut cf_options = Options::default();
         cf_options.set_compression_type(DBCompressionType::Lz4);
@@ -196,4 +197,30 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| io::Error::other(format!("storage task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The options RocksDB opened `dir` with, as it wrote them down there
+    /// (its newest `OPTIONS-*` file).
+    fn options_written(dir: &Path) -> String {
+        let newest = std::fs::read_dir(dir)
+            .expect("list the data directory")
+            .filter_map(|entry| entry.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|name| name.starts_with("OPTIONS-"))
+            .max_by_key(|name| name["OPTIONS-".len()..].parse::<u64>().unwrap_or(0))
+            .expect("an OPTIONS file");
+        std::fs::read_to_string(dir.join(newest)).expect("read the OPTIONS file")
+    }
+
+    #[test]
+    fn the_write_ahead_log_is_capped() {
+        let dir = tempfile::TempDir::new().expect("temp dir");
+        drop(open_db(dir.path()).expect("open"));
+        let written = options_written(dir.path());
+        let cap = format!("max_total_wal_size={WAL_BYTES_MAX}\n");
+        assert!(written.contains(&cap), "no `{}` in:\n{written}", cap.trim());
+    }
 }
