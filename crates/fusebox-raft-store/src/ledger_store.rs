@@ -43,7 +43,7 @@ use crate::rocks::{cf, db_error, CF_LEDGER, CF_LEDGER_INDEX, CF_META};
 use fusebox_core::ledger::{deadline, Index, LedgerStore, Record, Status};
 use fusebox_core::machine::{SnapshotReader, SnapshotWriter};
 use fusebox_core::time::Timestamp;
-use fusebox_core::{CoreError, Namespace};
+use fusebox_core::{CoreError, Namespace, ToolName};
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions, DB};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -159,26 +159,51 @@ fn count_key(ns: &Namespace) -> Vec<u8> {
     out
 }
 
-/// Every index key a record is listed under.
-fn index_keys(ns: &Namespace, r: &Record) -> Vec<Vec<u8>> {
+/// What one of a record's indexes lists it by. Equal values give equal
+/// index keys, so a write builds only the keys of the indexes whose value
+/// changed (a `complete` changes two of five).
+#[derive(PartialEq)]
+enum Listed<'a> {
+    Intent(&'a str),
+    Tool(&'a ToolName),
+    Status(Status),
+    Operation(Option<&'a str>),
+    Deadline(Option<Timestamp>),
+}
+
+/// What each of the indexes lists `r` by, in a fixed order.
+fn listings(r: &Record) -> [Listed<'_>; 5] {
+    [
+        Listed::Intent(&r.intent_id),
+        Listed::Tool(&r.tool),
+        Listed::Status(r.status),
+        Listed::Operation(r.operation_id.as_deref()),
+        Listed::Deadline(deadline(r)),
+    ]
+}
+
+/// The index key `listed` puts the record `key` under, if any.
+fn listed_key(ns: &Namespace, listed: &Listed<'_>, key: &str) -> Option<Vec<u8>> {
     let with_key = |index: Index<'_>| {
-        let (mut k, _) = index_prefix(ns, index, r.key.len() + 2);
-        push_key(&mut k, &r.key);
+        let (mut k, _) = index_prefix(ns, index, key.len() + 2);
+        push_key(&mut k, key);
         k
     };
-    let mut keys = Vec::with_capacity(5);
-    keys.extend([
-        with_key(Index::Intent(&r.intent_id)),
-        with_key(Index::Tool(&r.tool)),
-        with_key(Index::Status(r.status)),
-    ]);
-    if let Some(op) = &r.operation_id {
-        keys.push(with_key(Index::Operation(op)));
-    }
-    if let Some(at) = deadline(r) {
-        keys.push(deadline_key(at, ns, &r.key));
-    }
-    keys
+    Some(match *listed {
+        Listed::Intent(v) => with_key(Index::Intent(v)),
+        Listed::Tool(t) => with_key(Index::Tool(t)),
+        Listed::Status(s) => with_key(Index::Status(s)),
+        Listed::Operation(op) => with_key(Index::Operation(op?)),
+        Listed::Deadline(at) => deadline_key(at?, ns, key),
+    })
+}
+
+/// Every index key a record is listed under.
+fn index_keys(ns: &Namespace, r: &Record) -> Vec<Vec<u8>> {
+    listings(r)
+        .iter()
+        .filter_map(|listed| listed_key(ns, listed, &r.key))
+        .collect()
 }
 
 /// Decodes a `ledger` column family entry.
@@ -436,23 +461,26 @@ impl LedgerStore for RocksLedger {
 
     fn put(&mut self, ns: &Namespace, old: Option<&Record>, record: Record) {
         let mut inner = self.lock();
-        let new_keys = index_keys(ns, &record);
-        let old_keys = match old {
-            Some(old) => index_keys(ns, old),
-            None => {
-                *inner.pending.counts.entry(ns.clone()).or_default() += 1;
-                Vec::new()
-            }
-        };
-        // A key in both lists stays as it is (on disk, or pending from an
-        // earlier call in this entry): rewriting it would cost a write and
-        // change nothing.
-        for k in old_keys.iter().filter(|k| !new_keys.contains(k)) {
-            inner.pending.index.insert(k.clone(), false);
+        if old.is_none() {
+            *inner.pending.counts.entry(ns.clone()).or_default() += 1;
         }
-        for k in new_keys.into_iter().filter(|k| !old_keys.contains(k)) {
-            inner.lower_deadline_floor(&k);
-            inner.pending.index.insert(k, true);
+        let was = old.map(|old| (listings(old), old.key.as_str()));
+        for (i, now) in listings(&record).iter().enumerate() {
+            if let Some((listed, key)) = &was {
+                // An index key that stays stays as it is (on disk, or
+                // pending from an earlier call in this entry): rewriting it
+                // would cost a write and change nothing.
+                if listed[i] == *now && *key == record.key {
+                    continue;
+                }
+                if let Some(k) = listed_key(ns, &listed[i], key) {
+                    inner.pending.index.insert(k, false);
+                }
+            }
+            if let Some(k) = listed_key(ns, now, &record.key) {
+                inner.lower_deadline_floor(&k);
+                inner.pending.index.insert(k, true);
+            }
         }
         inner
             .pending
