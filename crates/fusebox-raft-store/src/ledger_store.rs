@@ -161,7 +161,8 @@ fn count_key(ns: &Namespace) -> Vec<u8> {
 
 /// What one of a record's indexes lists it by. Equal values give equal
 /// index keys, so a write builds only the keys of the indexes whose value
-/// changed (a `complete` changes two of five).
+/// changed (a `complete` changes two or three of five: the status, the
+/// deadline, and the operation id if it is the first to name one).
 #[derive(PartialEq)]
 enum Listed<'a> {
     Intent(&'a str),
@@ -467,7 +468,7 @@ impl LedgerStore for RocksLedger {
         let was = old.map(|old| (listings(old), old.key.as_str()));
         for (i, now) in listings(&record).iter().enumerate() {
             if let Some((listed, key)) = &was {
-                // An index key that stays stays as it is (on disk, or
+                // An unchanged index key is left as it is (on disk, or
                 // pending from an earlier call in this entry): rewriting it
                 // would cost a write and change nothing.
                 if listed[i] == *now && *key == record.key {
