@@ -465,16 +465,17 @@ impl LedgerStore for RocksLedger {
         if old.is_none() {
             *inner.pending.counts.entry(ns.clone()).or_default() += 1;
         }
-        let was = old.map(|old| (listings(old), old.key.as_str()));
+        let was = old.map(|old| (listings(old), old));
+        let same_key = old.is_some_and(|old| old.key == record.key);
         for (i, now) in listings(&record).iter().enumerate() {
-            if let Some((listed, key)) = &was {
+            if let Some((listed, old)) = &was {
                 // An unchanged index key is left as it is (on disk, or
                 // pending from an earlier call in this entry): rewriting it
                 // would cost a write and change nothing.
-                if listed[i] == *now && *key == record.key {
+                if same_key && listed[i] == *now {
                     continue;
                 }
-                if let Some(k) = listed_key(ns, &listed[i], key) {
+                if let Some(k) = listed_key(ns, &listed[i], &old.key) {
                     inner.pending.index.insert(k, false);
                 }
             }
