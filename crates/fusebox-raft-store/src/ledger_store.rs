@@ -21,9 +21,17 @@
 //! # Atomicity with the log
 //!
 //! The state machine store calls [`LedgerControl::begin_entry`] before it
-//! applies an entry and [`LedgerControl::commit`] after: the entry's ledger
-//! changes and its index go to RocksDB in one `WriteBatch`, so the ledger on
-//! disk is always exactly the ledger after some entry. On restart the fleet
+//! applies an entry and [`LedgerControl::commit`] after. Committed changes
+//! are held in memory, one per record however many entries changed it,
+//! and written behind: in one `WriteBatch` with their index changes and
+//! the last committed entry's index, once they reach
+//! [`UNWRITTEN_RECORDS_MAX`] records, before any read of the disk's index
+//! or records (a listing, the deadline scan, a snapshot) and with every
+//! fleet checkpoint. So the ledger on disk is always exactly the ledger
+//! after some entry, and a record begun and completed between two writes
+//! reaches the disk once, completed: its in-progress status and lease
+//! deadline are never written, nor deleted. A crash loses the unwritten
+//! changes, and the replay below redoes them from the log. On restart the fleet
 //! (breakers, policies) comes from the last snapshot, which is never newer
 //! than the ledger (its synced write follows every ledger batch it covers
 //! in the one WAL), and openraft replays the log after it: entries the
@@ -38,14 +46,18 @@
 //! the error stops Raft before any answer computed from it is acknowledged.
 
 use crate::codec::{decode, encode};
-use crate::limits::{INSTALL_BATCH_BYTES_MAX, RECENT_RECORDS_BYTES_MAX, RECENT_RECORDS_MAX};
+use crate::limits::{
+    INSTALL_BATCH_BYTES_MAX, RECENT_RECORDS_BYTES_MAX, RECENT_RECORDS_MAX, UNWRITTEN_BYTES_MAX,
+    UNWRITTEN_RECORDS_MAX,
+};
 use crate::rocks::{cf, db_error, CF_LEDGER, CF_LEDGER_INDEX, CF_META};
 use fusebox_core::ledger::{deadline, Index, LedgerStore, Record, Status};
 use fusebox_core::machine::{SnapshotReader, SnapshotWriter};
 use fusebox_core::time::Timestamp;
 use fusebox_core::{CoreError, Namespace, ToolName};
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions, DB};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::btree_map::Entry as Slot;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -199,12 +211,31 @@ fn listed_key(ns: &Namespace, listed: &Listed<'_>, key: &str) -> Option<Vec<u8>>
     })
 }
 
-/// Every index key a record is listed under.
-fn index_keys(ns: &Namespace, r: &Record) -> Vec<Vec<u8>> {
-    listings(r)
-        .iter()
-        .filter_map(|listed| listed_key(ns, listed, &r.key))
-        .collect()
+/// The index keys that change when a record goes from `before` to `now`
+/// (either absent), each with whether it is present after: the keys of
+/// `before`'s listings go, `now`'s come, and a listing both share stays
+/// as it is (rewriting it would cost a write and change nothing).
+fn index_changes(
+    ns: &Namespace,
+    before: Option<&Record>,
+    now: Option<&Record>,
+    mut change: impl FnMut(Vec<u8>, bool),
+) {
+    let was = before.map(|r| (listings(r), r.key.as_str()));
+    let is = now.map(|r| (listings(r), r.key.as_str()));
+    for i in 0..was.as_ref().or(is.as_ref()).map_or(0, |(l, _)| l.len()) {
+        if let (Some((was, was_key)), Some((is, is_key))) = (&was, &is) {
+            if was_key == is_key && was[i] == is[i] {
+                continue;
+            }
+        }
+        if let Some(k) = was.as_ref().and_then(|(l, key)| listed_key(ns, &l[i], key)) {
+            change(k, false);
+        }
+        if let Some(k) = is.as_ref().and_then(|(l, key)| listed_key(ns, &l[i], key)) {
+            change(k, true);
+        }
+    }
 }
 
 /// Decodes a `ledger` column family entry.
@@ -220,15 +251,68 @@ fn decode_record(key: &[u8], value: &[u8]) -> io::Result<(Namespace, Record)> {
     Ok((ns, record))
 }
 
+/// A record's change: as the disk holds it and as the entries applied
+/// since left it, either absent. Its index changes follow from the two.
+struct Change {
+    ns: Namespace,
+    before: Option<Record>,
+    now: Option<Record>,
+}
+
+impl Change {
+    fn bytes(&self) -> usize {
+        [&self.before, &self.now]
+            .into_iter()
+            .flatten()
+            .map(record_bytes)
+            .sum()
+    }
+}
+
 /// One entry's changes, waiting for [`LedgerControl::commit`].
 #[derive(Default)]
 struct Pending {
     /// The entry being applied, and whether the disk already holds it.
     entry: Option<u64>,
     replay: bool,
-    records: BTreeMap<Vec<u8>, Option<Record>>,
-    index: BTreeMap<Vec<u8>, bool>,
+    /// Record key → its change. `before` is left empty when an earlier
+    /// entry's [`Unwritten`] change already holds what the disk has.
+    records: BTreeMap<Vec<u8>, Change>,
     counts: BTreeMap<Namespace, i64>,
+}
+
+/// The changes of committed entries not yet written to RocksDB, one per
+/// record however many entries changed it, at most
+/// [`UNWRITTEN_RECORDS_MAX`] records and [`UNWRITTEN_BYTES_MAX`] bytes.
+#[derive(Default)]
+struct Unwritten {
+    records: BTreeMap<Vec<u8>, Change>,
+    /// Namespaces whose record count changed.
+    namespaces: BTreeSet<Namespace>,
+    bytes: usize,
+}
+
+impl Unwritten {
+    fn full(&self) -> bool {
+        self.records.len() >= UNWRITTEN_RECORDS_MAX || self.bytes >= UNWRITTEN_BYTES_MAX
+    }
+
+    /// Adds an entry's change of the record `key`: the first change keeps
+    /// what the disk holds, the last what the record is now.
+    fn merge(&mut self, key: Vec<u8>, change: Change) {
+        match self.records.entry(key) {
+            Slot::Occupied(mut slot) => {
+                let kept = slot.get_mut();
+                self.bytes -= kept.bytes();
+                kept.now = change.now;
+                self.bytes += kept.bytes();
+            }
+            Slot::Vacant(slot) => {
+                self.bytes += change.bytes();
+                slot.insert(change);
+            }
+        }
+    }
 }
 
 /// Records as the last written entries left them on disk, decoded (absent
@@ -301,10 +385,13 @@ struct Inner {
     db: Arc<DB>,
     /// Records the last entries wrote, decoded.
     recent: Recent,
-    /// Records per namespace as on disk (namespaces are bounded).
+    /// Records per namespace as of the last committed entry (namespaces
+    /// are bounded).
     counts: BTreeMap<Namespace, u64>,
-    /// The last log index whose ledger changes are on disk.
+    /// The last log index whose ledger changes are committed: on disk, or
+    /// in `unwritten`.
     applied: Option<u64>,
+    unwritten: Unwritten,
     /// No deadline before this (millis) is indexed: where [`LedgerStore::due`]
     /// starts its scan. Deadlines are removed as records complete, and each
     /// removal leaves a tombstone in RocksDB until compaction; a scan from
@@ -341,6 +428,7 @@ impl RocksLedger {
                 recent: Recent::default(),
                 counts,
                 applied,
+                unwritten: Unwritten::default(),
                 deadline_floor: 0,
                 pending: Pending::default(),
                 fault: None,
@@ -366,8 +454,9 @@ impl Inner {
     }
 
     fn read_record(&mut self, key: &[u8]) -> Option<Record> {
-        if let Some(pending) = self.pending.records.get(key) {
-            return pending.clone();
+        let changed = (self.pending.records.get(key)).or_else(|| self.unwritten.records.get(key));
+        if let Some(change) = changed {
+            return change.now.clone();
         }
         if let Some(recent) = self.recent.get(key) {
             return recent.clone();
@@ -387,14 +476,64 @@ impl Inner {
         }
     }
 
-    /// Keeps [`Inner::deadline_floor`] at or below `index_key`'s deadline,
-    /// if it is one.
-    fn lower_deadline_floor(&mut self, index_key: &[u8]) {
-        if let Some((&TAG_DEADLINE, rest)) = index_key.split_first() {
-            if let Some(at) = rest.first_chunk::<8>() {
-                self.deadline_floor = self.deadline_floor.min(u64::from_be_bytes(*at));
+    /// Notes that this entry changes the record `key` of `ns` from `old`
+    /// (what [`Inner::read_record`] answered) to `now`.
+    fn stage(&mut self, ns: &Namespace, key: Vec<u8>, old: Option<&Record>, now: Option<Record>) {
+        match self.pending.records.entry(key) {
+            Slot::Occupied(mut slot) => slot.get_mut().now = now,
+            Slot::Vacant(slot) => {
+                // `old` is what the disk holds unless an unwritten change
+                // already answered it (and keeps what the disk holds).
+                let before = if self.unwritten.records.contains_key(slot.key()) {
+                    None
+                } else {
+                    old.cloned()
+                };
+                slot.insert(Change {
+                    ns: ns.clone(),
+                    before,
+                    now,
+                });
             }
         }
+    }
+
+    /// Writes the unwritten changes in one batch as of the last committed
+    /// entry, with `checkpoint` (an encoded fleet as of that entry) if
+    /// given. A failure is latched: the disk no longer follows the entries.
+    fn write_unwritten(&mut self, checkpoint: Option<&[u8]>) -> io::Result<()> {
+        if self.unwritten.records.is_empty() && checkpoint.is_none() {
+            return Ok(());
+        }
+        let Some(index) = self.applied else {
+            return Ok(());
+        };
+        let written = unwritten_batch(&self.db, &self.unwritten, &self.counts, index, checkpoint)
+            .and_then(|(batch, floor)| {
+                self.db
+                    .write(batch)
+                    .map_err(|e| db_error("write ledger batch", e))?;
+                Ok(floor)
+            });
+        let floor = match written {
+            Ok(floor) => floor,
+            Err(e) => {
+                self.latch("write ledger batch", &e);
+                return Err(e);
+            }
+        };
+        self.deadline_floor = self.deadline_floor.min(floor);
+        for (key, change) in std::mem::take(&mut self.unwritten).records {
+            self.recent.keep(key, change.now);
+        }
+        Ok(())
+    }
+
+    /// Writes the unwritten changes before a read of the disk's index or
+    /// records; a failure is latched, and the read finds what is there.
+    fn write_before_reading(&mut self) {
+        debug_assert!(self.pending.records.is_empty(), "reads the disk only");
+        let _latched = self.write_unwritten(None);
     }
 
     fn latched<T>(&mut self, doing: &str, e: impl std::fmt::Display) -> Option<T> {
@@ -465,44 +604,18 @@ impl LedgerStore for RocksLedger {
         if old.is_none() {
             *inner.pending.counts.entry(ns.clone()).or_default() += 1;
         }
-        let was = old.map(|old| (listings(old), old));
-        let same_key = old.is_some_and(|old| old.key == record.key);
-        for (i, now) in listings(&record).iter().enumerate() {
-            if let Some((listed, old)) = &was {
-                // An unchanged index key is left as it is (on disk, or
-                // pending from an earlier call in this entry): rewriting it
-                // would cost a write and change nothing.
-                if same_key && listed[i] == *now {
-                    continue;
-                }
-                if let Some(k) = listed_key(ns, &listed[i], &old.key) {
-                    inner.pending.index.insert(k, false);
-                }
-            }
-            if let Some(k) = listed_key(ns, now, &record.key) {
-                inner.lower_deadline_floor(&k);
-                inner.pending.index.insert(k, true);
-            }
-        }
-        inner
-            .pending
-            .records
-            .insert(record_key(ns, &record.key), Some(record));
+        inner.stage(ns, record_key(ns, &record.key), old, Some(record));
     }
 
     fn remove(&mut self, ns: &Namespace, old: &Record) {
         let mut inner = self.lock();
-        let pending = &mut inner.pending;
-        for k in index_keys(ns, old) {
-            pending.index.insert(k, false);
-        }
-        *pending.counts.entry(ns.clone()).or_default() -= 1;
-        pending.records.insert(record_key(ns, &old.key), None);
+        *inner.pending.counts.entry(ns.clone()).or_default() -= 1;
+        inner.stage(ns, record_key(ns, &old.key), Some(old), None);
     }
 
     fn due(&self, now: Timestamp, max: usize) -> Vec<(Namespace, String)> {
         let mut inner = self.lock();
-        debug_assert!(inner.pending.index.is_empty(), "due reads the disk only");
+        inner.write_before_reading();
         let prefix = [TAG_DEADLINE];
         // From the floor (nothing is indexed before it), to the first
         // deadline after `now`: deadlines sort by time.
@@ -547,6 +660,7 @@ impl LedgerStore for RocksLedger {
 
     fn scan(&self, ns: &Namespace, index: Index<'_>, after: &str, budget: usize) -> Vec<String> {
         let mut inner = self.lock();
+        inner.write_before_reading();
         let (prefix, in_index) = index_prefix(ns, index, 0);
         let family = if in_index { CF_LEDGER_INDEX } else { CF_LEDGER };
         let mut start = prefix.clone();
@@ -572,7 +686,11 @@ impl LedgerStore for RocksLedger {
         &self,
         f: &mut dyn FnMut(&Namespace, &Record) -> Result<(), CoreError>,
     ) -> Result<(), CoreError> {
-        let db = self.lock().db.clone();
+        let db = {
+            let mut inner = self.lock();
+            inner.write_unwritten(None).map_err(snapshot_error)?;
+            inner.db.clone()
+        };
         let family = cf(&db, CF_LEDGER).map_err(snapshot_error)?;
         for item in db.iterator_cf(family, IteratorMode::Start) {
             let (k, v) = item.map_err(|e| snapshot_error(db_error("iterate ledger", e)))?;
@@ -602,14 +720,16 @@ impl LedgerControl {
         replay
     }
 
-    /// Writes the entry's changes and its index in one batch (not synced:
-    /// the committed log is durable, and a later synced write or a replay
-    /// covers this one), with `checkpoint` (an encoded fleet as of this
-    /// entry) if given: the fleet and the ledger then reach the disk
-    /// together, and a restart resumes from both. Refuses if a read failed
-    /// while applying it.
+    /// Commits the entry's changes: they join the unwritten ones, which
+    /// are written in one batch (not synced: the committed log is durable,
+    /// and a later synced write or a replay covers it) once they are
+    /// [full](Unwritten::full), before a read of the disk, or with
+    /// `checkpoint` (an encoded fleet as of this entry) if given: the fleet
+    /// and the ledger then reach the disk together, and a restart resumes
+    /// from both. Refuses if a read failed while applying the entry.
     pub(crate) fn commit(&self, checkpoint: Option<&[u8]>) -> io::Result<()> {
-        let mut inner = self.ledger.lock();
+        let mut guard = self.ledger.lock();
+        let inner = &mut *guard;
         let pending = std::mem::take(&mut inner.pending);
         if let Some(fault) = inner.fault.clone() {
             return Err(io::Error::other(format!("ledger storage failed: {fault}")));
@@ -617,30 +737,29 @@ impl LedgerControl {
         let Some(index) = pending.entry else {
             return Ok(());
         };
-        let unchanged = pending.records.is_empty() && pending.index.is_empty();
-        if pending.replay || (unchanged && checkpoint.is_none()) {
+        if pending.replay || (pending.records.is_empty() && checkpoint.is_none()) {
             return Ok(());
         }
-        let mut counts = inner.counts.clone();
-        for (ns, delta) in &pending.counts {
-            let n = counts.entry(ns.clone()).or_default();
-            *n = n.saturating_add_signed(*delta);
+        for (ns, delta) in pending.counts {
+            let n = inner.counts.entry(ns.clone()).or_default();
+            *n = n.saturating_add_signed(delta);
+            inner.unwritten.namespaces.insert(ns);
         }
-        let mut batch = changes_batch(&inner.db, &pending, &counts, index)?;
-        if let Some(fleet) = checkpoint {
-            batch.put_cf(cf(&inner.db, CF_META)?, KEY_FLEET_CHECKPOINT, fleet);
+        inner.counts.retain(|_, n| *n > 0);
+        for (key, change) in pending.records {
+            inner.unwritten.merge(key, change);
         }
-        inner
-            .db
-            .write(batch)
-            .map_err(|e| db_error("write ledger batch", e))?;
-        counts.retain(|_, n| *n > 0);
-        inner.counts = counts;
         inner.applied = Some(index);
-        for (key, record) in pending.records {
-            inner.recent.keep(key, record);
+        if checkpoint.is_some() || inner.unwritten.full() {
+            inner.write_unwritten(checkpoint)?;
         }
         Ok(())
+    }
+
+    /// Writes the unwritten changes, so that a view of the disk holds the
+    /// ledger as of the last committed entry (a snapshot takes one).
+    pub(crate) fn write_unwritten(&self) -> io::Result<()> {
+        self.ledger.lock().write_unwritten(None)
     }
 
     /// Records on disk, in all namespaces.
@@ -686,6 +805,7 @@ impl LedgerControl {
         // not the ones kept.
         inner.deadline_floor = 0;
         inner.recent = Recent::default();
+        inner.unwritten = Unwritten::default();
         let db = inner.db.clone();
         let (records, indexes, meta) = (
             cf(&db, CF_LEDGER)?,
@@ -702,9 +822,7 @@ impl LedgerControl {
         let mut counts: BTreeMap<Namespace, u64> = BTreeMap::new();
         let invalid = |e: CoreError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
         while let Some((ns, record)) = reader.next_record().map_err(invalid)? {
-            for k in index_keys(&ns, &record) {
-                batch.put_cf(indexes, k, []);
-            }
+            index_changes(&ns, None, Some(&record), |k, _| batch.put_cf(indexes, k, []));
             batch.put_cf(
                 records,
                 record_key(&ns, &record.key),
@@ -737,41 +855,57 @@ impl LedgerControl {
     }
 }
 
-/// The batch for one entry: records, index entries, changed counts and the
-/// applied index.
-fn changes_batch(
+/// The batch that writes `unwritten` as of entry `index` (records, their
+/// index changes, changed counts, the applied index and the checkpoint, if
+/// any), and the earliest deadline it indexes (`u64::MAX` if none).
+fn unwritten_batch(
     db: &DB,
-    pending: &Pending,
+    unwritten: &Unwritten,
     counts: &BTreeMap<Namespace, u64>,
     index: u64,
-) -> io::Result<WriteBatch> {
+    checkpoint: Option<&[u8]>,
+) -> io::Result<(WriteBatch, u64)> {
     let (records, indexes, meta) = (
         cf(db, CF_LEDGER)?,
         cf(db, CF_LEDGER_INDEX)?,
         cf(db, CF_META)?,
     );
     let mut batch = WriteBatch::default();
-    for (k, record) in &pending.records {
-        match record {
-            Some(r) => batch.put_cf(records, k, encode("ledger record", r)?),
-            None => batch.delete_cf(records, k),
+    let mut floor = u64::MAX;
+    for (k, change) in &unwritten.records {
+        match (&change.before, &change.now) {
+            (_, Some(r)) => batch.put_cf(records, k, encode("ledger record", r)?),
+            (Some(_), None) => batch.delete_cf(records, k),
+            (None, None) => {}
         }
+        index_changes(
+            &change.ns,
+            change.before.as_ref(),
+            change.now.as_ref(),
+            |k, present| {
+                if !present {
+                    return batch.delete_cf(indexes, k);
+                }
+                if let Some((&TAG_DEADLINE, at)) = k.split_first() {
+                    if let Some(at) = at.first_chunk::<8>() {
+                        floor = floor.min(u64::from_be_bytes(*at));
+                    }
+                }
+                batch.put_cf(indexes, k, []);
+            },
+        );
     }
-    for (k, present) in &pending.index {
-        if *present {
-            batch.put_cf(indexes, k, []);
-        } else {
-            batch.delete_cf(indexes, k);
-        }
-    }
-    for ns in pending.counts.keys() {
+    for ns in &unwritten.namespaces {
         match counts.get(ns).copied().unwrap_or(0) {
             0 => batch.delete_cf(indexes, count_key(ns)),
             n => batch.put_cf(indexes, count_key(ns), n.to_le_bytes()),
         }
     }
     batch.put_cf(meta, KEY_LEDGER_APPLIED, encode("ledger applied", &index)?);
-    Ok(batch)
+    if let Some(fleet) = checkpoint {
+        batch.put_cf(meta, KEY_FLEET_CHECKPOINT, fleet);
+    }
+    Ok((batch, floor))
 }
 
 fn load_applied(db: &DB) -> io::Result<Option<u64>> {
@@ -841,8 +975,14 @@ mod tests {
         (dir, ledger, control)
     }
 
-    /// Applies `f` to the ledger as one entry, `index`.
+    /// Applies `f` to the ledger as one entry, `index`, and writes it.
     fn entry(control: &LedgerControl, index: u64, f: impl FnOnce(&mut RocksLedger)) {
+        unwritten_entry(control, index, f);
+        control.write_unwritten().unwrap();
+    }
+
+    /// Applies `f` to the ledger as one entry, `index`, committed only.
+    fn unwritten_entry(control: &LedgerControl, index: u64, f: impl FnOnce(&mut RocksLedger)) {
         control.begin_entry(index);
         f(&mut control.ledger.clone());
         control.commit(None).unwrap();
@@ -949,6 +1089,82 @@ mod tests {
         control.ledger.lock().latch("test", "injected");
         assert!(control.commit(None).is_err());
         assert!(kept(&control, "k").is_some_and(|r| r.is_some()));
+    }
+
+    /// A RocksDB property of the index's active memtable, as a number.
+    fn index_memtable(control: &LedgerControl, property: &str) -> u64 {
+        let db = control.ledger.lock().db.clone();
+        let family = cf(&db, CF_LEDGER_INDEX).unwrap();
+        db.property_int_value_cf(family, property).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_begin_and_its_complete_reach_the_disk_once_in_their_final_state() {
+        let (_dir, ledger, control) = opened();
+        let ns = Namespace::new("fleet").unwrap();
+        unwritten_entry(&control, 1, |l| begin(l, "k", 1_000, 500));
+        assert_eq!(ledger.get(&ns, "k").map(|r| r.status), Some(Status::InProgress));
+        assert_eq!(on_disk(&control, "k"), None, "not written yet");
+        unwritten_entry(&control, 2, |l| {
+            let old = l.get(&ns, "k").unwrap();
+            let mut done = old.clone();
+            done.status = Status::Succeeded;
+            done.lease_until = None;
+            done.expires_at = Some(Timestamp::from_millis(90_000));
+            l.put(&ns, Some(&old), done);
+        });
+        assert_eq!(on_disk(&control, "k"), None, "not written yet");
+        assert_eq!(load_applied(&control.ledger.lock().db).unwrap(), None);
+
+        control.write_unwritten().unwrap();
+        let done = ledger.get(&ns, "k").unwrap();
+        assert_eq!(on_disk(&control, "k"), Some(done.clone()));
+        assert_eq!(load_applied(&control.ledger.lock().db).unwrap(), Some(2));
+        // Intent, tool, status, deadline and the count: no in-progress
+        // status or lease deadline written, so none deleted.
+        assert_eq!(index_memtable(&control, "rocksdb.num-entries-active-mem-table"), 5);
+        assert_eq!(index_memtable(&control, "rocksdb.num-deletes-active-mem-table"), 0);
+        let listed = |status| ledger.scan(&ns, Index::Status(status), "", 10);
+        assert_eq!(listed(Status::Succeeded), ["k"]);
+        assert!(listed(Status::InProgress).is_empty());
+        assert_eq!(
+            ledger.due(Timestamp::from_millis(90_000), 10),
+            [(ns.clone(), "k".to_owned())]
+        );
+    }
+
+    #[test]
+    fn reads_of_the_disk_write_the_unwritten_changes_first() {
+        let (_dir, ledger, control) = opened();
+        let ns = Namespace::new("fleet").unwrap();
+        unwritten_entry(&control, 1, |l| begin(l, "k", 1_000, 500));
+        assert_eq!(ledger.scan(&ns, Index::Status(Status::InProgress), "", 10), ["k"]);
+        assert_eq!(on_disk(&control, "k"), ledger.get(&ns, "k"));
+        unwritten_entry(&control, 2, |l| {
+            let old = l.get(&ns, "k").unwrap();
+            l.remove(&ns, &old);
+        });
+        assert_eq!(ledger.len(&ns), 0);
+        let mut seen = 0;
+        ledger
+            .for_each_record(&mut |_, _| {
+                seen += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!((seen, on_disk(&control, "k")), (0, None));
+        assert!(ledger.scan(&ns, Index::All, "", 10).is_empty());
+    }
+
+    #[test]
+    fn unwritten_changes_are_written_once_they_fill_their_bound() {
+        let (_dir, _, control) = opened();
+        for i in 0..UNWRITTEN_RECORDS_MAX {
+            assert_eq!(on_disk(&control, "k0"), None, "written after {i} records");
+            unwritten_entry(&control, i as u64 + 1, |l| begin(l, &format!("k{i}"), 1_000, 500));
+        }
+        assert!(on_disk(&control, "k0").is_some());
+        assert!(control.ledger.lock().unwritten.records.is_empty());
     }
 
     #[test]

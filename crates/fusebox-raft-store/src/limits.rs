@@ -108,3 +108,17 @@ pub(crate) const RECENT_RECORDS_MAX: usize = 8_192;
 /// strings' and result's lengths): a record with a large result is not
 /// kept at all if it alone would take more than a sixteenth of this.
 pub(crate) const RECENT_RECORDS_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Records changed by applied entries and not yet written to RocksDB, at
+/// most ([`crate::ledger_store`]); past it their changes are written in one
+/// batch. A `begin` and its `complete` a few milliseconds later usually
+/// meet here, so the record is written once, in its final state, and the
+/// in-progress status and lease deadline it held in between never reach
+/// the disk. A crash loses these changes, and the log replays them. At
+/// 10,000 ledger calls per second this fills in about a tenth of a second.
+pub(crate) const UNWRITTEN_RECORDS_MAX: usize = 1_024;
+
+/// Bytes of the records held by [`UNWRITTEN_RECORDS_MAX`] (as the disk holds
+/// them and as they are now, by their strings' and result's lengths), at
+/// most.
+pub(crate) const UNWRITTEN_BYTES_MAX: usize = 4 * 1024 * 1024;

@@ -40,6 +40,8 @@ fn build(shared: &Shared) -> io::Result<(SnapshotMeta, SnapshotData)> {
     let db = shared.db.clone();
     let (meta, fleet, view) = {
         let live = shared.lock()?;
+        // The view must hold the ledger as of the last applied entry.
+        shared.ledger.write_unwritten()?;
         let meta = SnapshotMeta {
             last_log_id: live.last_applied,
             last_membership: live.last_membership.clone(),

@@ -4,8 +4,10 @@
 //!
 //! # Durability (what is fsynced when)
 //!
-//! Applying an entry writes its ledger changes, with the entry's index, in
-//! one unsynced batch ([`crate::ledger_store`]); the fleet lives in memory
+//! Applying an entry commits its ledger changes, which are written behind,
+//! with the last entry's index, in unsynced batches ([`crate::ledger_store`]:
+//! a crash loses at most [`crate::limits::UNWRITTEN_RECORDS_MAX`] records'
+//! changes, which the replay below redoes); the fleet lives in memory
 //! and the committed log is its durable record. Snapshots are persisted
 //! (see [`crate::snapshot_slot`]): a built or installed snapshot is on disk
 //! (written with `sync = true`) before `build_snapshot` or

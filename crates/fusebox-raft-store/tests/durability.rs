@@ -198,6 +198,8 @@ async fn an_apply_stops_at_the_entry_that_fails() {
         apply(&mut state, vec![normal(1, 1, begin("a"))])
             .await
             .unwrap();
+        // A snapshot writes the ledger's unwritten changes.
+        build(&mut state).await;
     }
     // The record of "a" no longer decodes: beginning "a" again reads it.
     scribble(dir.path(), "ledger", b"fleet-a\0\0a\0\0", b"garbage");
@@ -530,7 +532,9 @@ async fn an_install_cut_by_a_crash_is_finished_at_the_next_open() {
             .iterator_cf(ledger, rocksdb::IteratorMode::Start)
             .map(|item| item.unwrap().0)
             .collect();
-        assert_eq!(keys.len(), 34);
+        // Entries 31 to 35 were applied after the snapshot wrote the
+        // ledger, and the crash lost them before they were written.
+        assert_eq!(keys.len(), 29);
         for key in keys.iter().step_by(2) {
             db.delete_cf(ledger, key).unwrap();
         }
