@@ -115,10 +115,14 @@ pub(crate) const RECENT_RECORDS_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// meet here, so the record is written once, in its final state, and the
 /// in-progress status and lease deadline it held in between never reach
 /// the disk. A crash loses these changes, and the log replays them. At
-/// 10,000 ledger calls per second this fills in about a tenth of a second.
-pub(crate) const UNWRITTEN_RECORDS_MAX: usize = 1_024;
+/// 10,000 keys a second this fills in about 50 ms, ten times a pair's
+/// median. Larger writes less often but stalls the applies longer when it
+/// writes: at 64 clients, 256 / 512 / 1,024 / 4,096 records gave pairs a
+/// p99 of 16-17 / 19 / 22 / 41-44 ms, and 512 as many keys per second as
+/// the larger ones (bench/README.md).
+pub(crate) const UNWRITTEN_RECORDS_MAX: usize = 512;
 
 /// Bytes of the records held by [`UNWRITTEN_RECORDS_MAX`] (as the disk holds
 /// them and as they are now, by their strings' and result's lengths), at
 /// most.
-pub(crate) const UNWRITTEN_BYTES_MAX: usize = 4 * 1024 * 1024;
+pub(crate) const UNWRITTEN_BYTES_MAX: usize = 2 * 1024 * 1024;
