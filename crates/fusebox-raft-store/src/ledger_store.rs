@@ -317,9 +317,9 @@ impl Unwritten {
 
 /// Records as the last written entries left them on disk, decoded (absent
 /// for a removed one), oldest dropped first past [`RECENT_RECORDS_MAX`] or
-/// [`RECENT_RECORDS_BYTES_MAX`]. Filled only after an entry's batch is
-/// written, emptied when a snapshot replaces the ledger: whatever it holds
-/// is what a read of the disk would answer.
+/// [`RECENT_RECORDS_BYTES_MAX`]. Filled only after [`Unwritten`] changes
+/// are written, emptied when a snapshot replaces the ledger: whatever it
+/// holds is what a read of the disk would answer.
 #[derive(Default)]
 struct Recent {
     /// Record key → (the write's sequence number, the record and its size).

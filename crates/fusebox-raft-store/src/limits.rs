@@ -97,9 +97,10 @@ pub(crate) const LEDGER_TABLE_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// most such reads without a search.
 pub(crate) const LEDGER_BLOOM_BITS_PER_KEY: f64 = 10.0;
 
-/// Records kept decoded after their entry is written, at most
-/// ([`crate::ledger_store`]): a `complete` reads the record its `begin`
-/// wrote a few milliseconds before, and finds it here instead of searching
+/// Records kept decoded after they are written, at most
+/// ([`crate::ledger_store`]): a `complete` whose `begin` was written a
+/// few milliseconds before (most meet before either is written, see
+/// [`UNWRITTEN_RECORDS_MAX`]) finds the record here instead of searching
 /// RocksDB's memtables and decoding it again. At 10,000 ledger calls per
 /// second this covers the last half second or more.
 pub(crate) const RECENT_RECORDS_MAX: usize = 8_192;
