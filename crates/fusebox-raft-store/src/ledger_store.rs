@@ -184,8 +184,11 @@ enum Listed<'a> {
     Deadline(Option<Timestamp>),
 }
 
+/// How many indexes list a record.
+const LISTINGS: usize = 5;
+
 /// What each of the indexes lists `r` by, in a fixed order.
-fn listings(r: &Record) -> [Listed<'_>; 5] {
+fn listings(r: &Record) -> [Listed<'_>; LISTINGS] {
     [
         Listed::Intent(&r.intent_id),
         Listed::Tool(&r.tool),
@@ -212,27 +215,30 @@ fn listed_key(ns: &Namespace, listed: &Listed<'_>, key: &str) -> Option<Vec<u8>>
 }
 
 /// The index keys that change when a record goes from `before` to `now`
-/// (either absent), each with whether it is present after: the keys of
-/// `before`'s listings go, `now`'s come, and a listing both share stays
-/// as it is (rewriting it would cost a write and change nothing).
+/// (either absent; the same key if both are there), each with whether it
+/// is present after: the keys of `before`'s listings go, `now`'s come, and
+/// a listing both share stays as it is (rewriting it would cost a write
+/// and change nothing).
 fn index_changes(
     ns: &Namespace,
     before: Option<&Record>,
     now: Option<&Record>,
     mut change: impl FnMut(Vec<u8>, bool),
 ) {
-    let was = before.map(|r| (listings(r), r.key.as_str()));
-    let is = now.map(|r| (listings(r), r.key.as_str()));
-    for i in 0..was.as_ref().or(is.as_ref()).map_or(0, |(l, _)| l.len()) {
-        if let (Some((was, was_key)), Some((is, is_key))) = (&was, &is) {
-            if was_key == is_key && was[i] == is[i] {
-                continue;
-            }
+    let Some(key) = now.or(before).map(|r| r.key.as_str()) else {
+        return;
+    };
+    debug_assert!(before.is_none_or(|r| r.key == key), "one record's change");
+    let (was, is) = (before.map(listings), now.map(listings));
+    for i in 0..LISTINGS {
+        let (was, is) = (was.as_ref().map(|l| &l[i]), is.as_ref().map(|l| &l[i]));
+        if was == is {
+            continue;
         }
-        if let Some(k) = was.as_ref().and_then(|(l, key)| listed_key(ns, &l[i], key)) {
+        if let Some(k) = was.and_then(|listed| listed_key(ns, listed, key)) {
             change(k, false);
         }
-        if let Some(k) = is.as_ref().and_then(|(l, key)| listed_key(ns, &l[i], key)) {
+        if let Some(k) = is.and_then(|listed| listed_key(ns, listed, key)) {
             change(k, true);
         }
     }
@@ -509,20 +515,21 @@ impl Inner {
             return Ok(());
         };
         let written = unwritten_batch(&self.db, &self.unwritten, &self.counts, index, checkpoint)
-            .and_then(|(batch, floor)| {
+            .and_then(|batch| {
                 self.db
                     .write(batch)
-                    .map_err(|e| db_error("write ledger batch", e))?;
-                Ok(floor)
+                    .map_err(|e| db_error("write ledger batch", e))
             });
-        let floor = match written {
-            Ok(floor) => floor,
-            Err(e) => {
-                self.latch("write ledger batch", &e);
-                return Err(e);
-            }
-        };
-        self.deadline_floor = self.deadline_floor.min(floor);
+        if let Err(e) = written {
+            self.latch("write ledger batch", &e);
+            return Err(e);
+        }
+        // The deadlines just written may lie before the floor.
+        let changes = self.unwritten.records.values();
+        let written_deadlines = changes.filter_map(|c| c.now.as_ref().and_then(deadline));
+        if let Some(first) = written_deadlines.map(|at| at.as_millis()).min() {
+            self.deadline_floor = self.deadline_floor.min(first);
+        }
         for (key, change) in std::mem::take(&mut self.unwritten).records {
             // An entry being applied that changed this record left its
             // `before` to the unwritten change: it is on disk now.
@@ -859,23 +866,22 @@ impl LedgerControl {
     }
 }
 
-/// The batch that writes `unwritten` as of entry `index` (records, their
+/// The batch that writes `unwritten` as of entry `index`: records, their
 /// index changes, changed counts, the applied index and the checkpoint, if
-/// any), and the earliest deadline it indexes (`u64::MAX` if none).
+/// any.
 fn unwritten_batch(
     db: &DB,
     unwritten: &Unwritten,
     counts: &BTreeMap<Namespace, u64>,
     index: u64,
     checkpoint: Option<&[u8]>,
-) -> io::Result<(WriteBatch, u64)> {
+) -> io::Result<WriteBatch> {
     let (records, indexes, meta) = (
         cf(db, CF_LEDGER)?,
         cf(db, CF_LEDGER_INDEX)?,
         cf(db, CF_META)?,
     );
     let mut batch = WriteBatch::default();
-    let mut floor = u64::MAX;
     for (k, change) in &unwritten.records {
         match (&change.before, &change.now) {
             (_, Some(r)) => batch.put_cf(records, k, encode("ledger record", r)?),
@@ -886,16 +892,9 @@ fn unwritten_batch(
             &change.ns,
             change.before.as_ref(),
             change.now.as_ref(),
-            |k, present| {
-                if !present {
-                    return batch.delete_cf(indexes, k);
-                }
-                if let Some((&TAG_DEADLINE, at)) = k.split_first() {
-                    if let Some(at) = at.first_chunk::<8>() {
-                        floor = floor.min(u64::from_be_bytes(*at));
-                    }
-                }
-                batch.put_cf(indexes, k, []);
+            |k, present| match present {
+                true => batch.put_cf(indexes, k, []),
+                false => batch.delete_cf(indexes, k),
             },
         );
     }
@@ -909,7 +908,7 @@ fn unwritten_batch(
     if let Some(fleet) = checkpoint {
         batch.put_cf(meta, KEY_FLEET_CHECKPOINT, fleet);
     }
-    Ok((batch, floor))
+    Ok(batch)
 }
 
 fn load_applied(db: &DB) -> io::Result<Option<u64>> {
