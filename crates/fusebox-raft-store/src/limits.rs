@@ -119,7 +119,7 @@ pub(crate) const RECENT_RECORDS_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// 10,000 keys a second this fills in about 50 ms, ten times a pair's
 /// median. Larger writes less often but stalls the applies longer when it
 /// writes: at 64 clients, 256 / 512 / 1,024 / 4,096 records gave pairs a
-/// p99 of 16-17 / 19 / 22 / 41-44 ms, and 512 as many keys per second as
+/// p99 of 15.8-17.2 / 18.9 / 22.1-22.5 / 41.3-43.7 ms, and 512 as many keys per second as
 /// the larger ones (bench/README.md).
 pub(crate) const UNWRITTEN_RECORDS_MAX: usize = 512;
 
