@@ -1225,8 +1225,8 @@ mod tests {
         for (i, key) in ["k2", "k0", "k1"].into_iter().enumerate() {
             unwritten_entry(&control, i as u64 + 1, |l| begin(l, key, 1_000, 500));
         }
-        // An in-progress record leaves, and its completion takes, the
-        // status and deadline index keys: deletes among the puts.
+        // Written in progress, so that k1's completion deletes its old
+        // status and deadline keys: deletes among the puts.
         entry(&control, 4, |_| {});
         unwritten_entry(&control, 5, |l| {
             let ns = Namespace::new("fleet").unwrap();
@@ -1246,8 +1246,8 @@ mod tests {
         let batch = unwritten_batch(&inner.db, &inner.unwritten, &inner.counts, 6, None).unwrap();
         let mut keys = KeysByFamily::default();
         batch.iterate_cf(&mut keys);
-        let index_keys = keys.0.values().flatten().filter(|k| k[0] == TAG_STATUS).count();
-        assert_eq!(index_keys, 3, "k1's old and new status keys, k3's status key");
+        let status_keys = keys.0.values().flatten().filter(|k| k[0] == TAG_STATUS).count();
+        assert_eq!(status_keys, 3, "k1's old and new status keys, k3's");
         for (family, keys) in keys.0 {
             // The record counts come after the index keys.
             let keys: Vec<_> = keys.into_iter().filter(|k| k[0] != TAG_COUNT).collect();

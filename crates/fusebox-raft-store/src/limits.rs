@@ -69,10 +69,11 @@ pub(crate) const WAL_BYTES_MAX: u64 = 128 * 1024 * 1024;
 /// now written in batches with their keys in order, and each insert
 /// starts from where the one before it ended, so a larger table costs
 /// little more per insert and is flushed, then merged, less often. In
-/// paired 45-second `fusebox bench ledger` runs at 64 clients (both
-/// tables sorted): 4 MiB 11,779 and 12,098 keys/s (0.121 and 0.119 ms CPU
-/// per key); 16 MiB 12,557 and 12,884 (0.110, 0.107); 32 MiB 14,375 and
-/// 13,017; 64 MiB 13,567 and 12,608 (bench/README.md, "Sorted batches").
+/// paired 45-second `fusebox bench ledger` runs at 64 clients, index keys
+/// sorted: 4 MiB 11,779 and 12,098 keys/s (0.121 and 0.119 ms CPU per
+/// key) against 16 MiB 12,557 and 12,884 (0.110, 0.107); in a second
+/// pairing 16, 32 and 64 MiB made 14,452 / 12,603, 14,375 / 13,017 and
+/// 13,567 / 12,608 keys/s (bench/README.md, "Sorted batches").
 pub(crate) const LEDGER_MEMTABLE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Flushed ledger (or index) tables that wait in level 0 before they are
