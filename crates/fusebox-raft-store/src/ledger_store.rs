@@ -1207,15 +1207,21 @@ mod tests {
     #[derive(Default)]
     struct KeysByFamily(BTreeMap<u32, Vec<Vec<u8>>>);
 
+    impl KeysByFamily {
+        fn note(&mut self, family: u32, key: &[u8]) {
+            self.0.entry(family).or_default().push(key.to_vec());
+        }
+    }
+
     impl rocksdb::WriteBatchIteratorCf for KeysByFamily {
         fn put_cf(&mut self, family: u32, key: &[u8], _: &[u8]) {
-            self.0.entry(family).or_default().push(key.to_vec());
+            self.note(family, key);
         }
         fn delete_cf(&mut self, family: u32, key: &[u8]) {
-            self.0.entry(family).or_default().push(key.to_vec());
+            self.note(family, key);
         }
         fn merge_cf(&mut self, family: u32, key: &[u8], _: &[u8]) {
-            self.0.entry(family).or_default().push(key.to_vec());
+            self.note(family, key);
         }
     }
 
