@@ -259,6 +259,11 @@ fn decode_record(key: &[u8], value: &[u8]) -> io::Result<(Namespace, Record)> {
 
 /// A record's change: as the disk holds it and as the entries applied
 /// since left it, either absent. Its index changes follow from the two.
+///
+/// The maps below hold it boxed: it is two records (several hundred
+/// bytes), and a B-tree insert shifts the values after its slot within a
+/// node, which for fresh keys (arriving in no order) is about half a node
+/// of them on every insert.
 struct Change {
     ns: Namespace,
     before: Option<Record>,
@@ -283,7 +288,7 @@ struct Pending {
     replay: bool,
     /// Record key → its change. `before` is left empty when an earlier
     /// entry's [`Unwritten`] change already holds what the disk has.
-    records: BTreeMap<Vec<u8>, Change>,
+    records: BTreeMap<Vec<u8>, Box<Change>>,
     counts: BTreeMap<Namespace, i64>,
 }
 
@@ -292,7 +297,7 @@ struct Pending {
 /// [`UNWRITTEN_RECORDS_MAX`] records and [`UNWRITTEN_BYTES_MAX`] bytes.
 #[derive(Default)]
 struct Unwritten {
-    records: BTreeMap<Vec<u8>, Change>,
+    records: BTreeMap<Vec<u8>, Box<Change>>,
     /// Namespaces whose record count changed.
     namespaces: BTreeSet<Namespace>,
     bytes: usize,
@@ -305,7 +310,7 @@ impl Unwritten {
 
     /// Adds an entry's change of the record `key`: the first change keeps
     /// what the disk holds, the last what the record is now.
-    fn merge(&mut self, key: Vec<u8>, change: Change) {
+    fn merge(&mut self, key: Vec<u8>, change: Box<Change>) {
         match self.records.entry(key) {
             Slot::Occupied(mut slot) => {
                 let kept = slot.get_mut();
@@ -495,11 +500,11 @@ impl Inner {
                 } else {
                     old.cloned()
                 };
-                slot.insert(Change {
+                slot.insert(Box::new(Change {
                     ns: ns.clone(),
                     before,
                     now,
-                });
+                }));
             }
         }
     }
