@@ -29,7 +29,7 @@
 //! | `append` | one `WriteBatch`, readable when `append` returns; its IO callback fires only after a WAL fsync covering it |
 //! | `truncate_after` | before it returns (`sync = true`) |
 //! | `purge` | `last_purged` and the deletion in one atomic batch, synced by the next fsync (it only drops what a durable snapshot covers) |
-//! | `save_committed` | survives a process crash at once; synced by the next fsync |
+//! | `save_committed` | never by itself: written (not synced) first thing in the next apply's job, which openraft asks for right after; survives a process crash once written; synced by the next fsync |
 //! | `apply` | never by itself: the entry's ledger changes and its index go in one unsynced batch, the fleet stays in memory, and the committed log is the record a restart replays |
 //! | `build_snapshot` | before it returns: the file fsynced, renamed into place and its folder synced, then its pointer written with `sync = true`; not kept at all if the snapshot on disk is newer (an install overtook the build) |
 //! | `install_snapshot` | before it returns: the file fsynced and renamed into place, an `installing` pointer synced, the ledger replaced in bounded batches, the last of which (synced) moves the current pointer; a crash before that redoes the install at the next open |
@@ -115,9 +115,10 @@ with_rocksdb! {
         identity::claim(&db, dir, me)?;
         let thread = |which| move |source| StoreError::Thread { which, source };
         let storage = storage_thread::StorageThread::start().map_err(thread("storage"))?;
-        let state = StateStore::open(db.clone(), dir, storage.clone())
+        let committed = Arc::new(log_store::UnsavedCommitted::default());
+        let state = StateStore::open(db.clone(), dir, storage.clone(), committed.clone())
             .map_err(StoreError::Snapshot)?;
         let flusher = flusher::Flusher::start(db.clone()).map_err(thread("log flusher"))?;
-        Ok((log_store::LogStore::new(db, flusher, storage), state))
+        Ok((log_store::LogStore::new(db, flusher, storage, committed), state))
     }
 }

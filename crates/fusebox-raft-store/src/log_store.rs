@@ -20,11 +20,17 @@
 //!   range, atomically. Not synced: it only drops entries a durable snapshot
 //!   already covers; if a power loss undoes it, the entries reappear and are
 //!   purged again.
-//! - **committed**: written without a sync. It survives a process crash (the
-//!   WAL is in the OS page cache) and is synced by the next synced write
-//!   (a vote, an append's fsync, a truncation, a snapshot);
-//!   after a power loss it may lag, so openraft re-applies less on restart
-//!   (the server waits for recovery before serving reads).
+//! - **committed**: written without a sync, with the next apply: openraft's
+//!   core waits for `save_committed` on every commit and asks for the apply
+//!   of what it commits right after, so `save_committed` only notes the id
+//!   and the state store's apply job writes it first (a newer id noted
+//!   before that replaces an older one). Once written it survives a process
+//!   crash (the WAL is in the OS page cache) and is synced by the next
+//!   synced write (a vote, an append's fsync, a truncation, a snapshot). A
+//!   crash before that apply, or a power loss before that sync, leaves an
+//!   older id: openraft then re-applies less on restart (the server waits
+//!   for recovery before serving reads). It never runs ahead of the entries
+//!   it names: they were written before it.
 //!
 //! All writes share one WAL, so they reach disk in the order they were made.
 //! Appends run on the [storage thread](crate::storage_thread), every other
@@ -49,7 +55,7 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
@@ -60,6 +66,7 @@ pub struct LogStore {
     reader: LogReader,
     flusher: Flusher,
     storage: StorageThread,
+    committed: Arc<UnsavedCommitted>,
 }
 
 /// Reads the log and the vote; openraft holds one per replication stream.
@@ -69,8 +76,35 @@ pub struct LogReader {
     tail: Arc<LogTail>,
 }
 
+/// The committed log id openraft saved last, encoded, until the state
+/// store's next apply writes it (see `save_committed`); shared by the two
+/// stores of one database.
+#[derive(Default)]
+pub(crate) struct UnsavedCommitted(Mutex<Option<Vec<u8>>>);
+
+impl UnsavedCommitted {
+    fn lock(&self) -> MutexGuard<'_, Option<Vec<u8>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the newest id saved since the last call, if any (not synced).
+    /// Call it on the storage thread, before the apply it goes with.
+    pub(crate) fn write(&self, db: &DB) -> io::Result<()> {
+        let Some(bytes) = self.lock().take() else {
+            return Ok(());
+        };
+        db.put_cf(cf(db, CF_META)?, KEY_COMMITTED, bytes)
+            .map_err(|e| db_error("save committed", e))
+    }
+}
+
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>, flusher: Flusher, storage: StorageThread) -> LogStore {
+    pub(crate) fn new(
+        db: Arc<DB>,
+        flusher: Flusher,
+        storage: StorageThread,
+        committed: Arc<UnsavedCommitted>,
+    ) -> LogStore {
         LogStore {
             reader: LogReader {
                 db,
@@ -78,6 +112,7 @@ impl LogStore {
             },
             flusher,
             storage,
+            committed,
         }
     }
 
@@ -227,15 +262,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 
+    /// Only notes the id: the state store's next apply writes it, first
+    /// thing in its job on the storage thread. openraft's core waits for
+    /// this on every commit before it asks for that apply, and a trip to a
+    /// thread here cost every commit a hand-off and the core its wait.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
         let bytes = encode(KEY_COMMITTED, &committed)?;
-        let db = self.db();
-        blocking(move || {
-            let meta = cf(&db, CF_META)?;
-            db.put_cf(meta, KEY_COMMITTED, bytes)
-                .map_err(|e| db_error("save committed", e))
-        })
-        .await
+        *self.committed.lock() = Some(bytes);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {

@@ -43,6 +43,7 @@ use crate::limits::{
     APPLY_CHUNK_ENTRIES_MAX, FLEET_CHECKPOINT_BYTES_PER_ENTRY, FLEET_CHECKPOINT_ENTRIES,
 };
 use crate::live::{Live, SavedFleet, Shared};
+use crate::log_store::UnsavedCommitted;
 use crate::observer::ApplyObserver;
 use crate::rocks::blocking;
 use crate::snapshot_builder::StateSnapshotBuilder;
@@ -71,12 +72,19 @@ pub struct StateStore {
     shared: Arc<Shared>,
     /// Where entries are applied.
     storage: StorageThread,
+    /// The committed log id the log store noted, written by the next apply.
+    committed: Arc<UnsavedCommitted>,
 }
 
 impl StateStore {
     /// Opens over `db`: the ledger where it is, the fleet from the
     /// persisted snapshot if there is one.
-    pub(crate) fn open(db: Arc<DB>, dir: &Path, storage: StorageThread) -> io::Result<StateStore> {
+    pub(crate) fn open(
+        db: Arc<DB>,
+        dir: &Path,
+        storage: StorageThread,
+        committed: Arc<UnsavedCommitted>,
+    ) -> io::Result<StateStore> {
         let snapshots = SnapshotSlot::open(db.clone(), dir)?;
         let (ledger, control) = RocksLedger::open(db.clone())?;
         if let Some((staged, previous)) = snapshots.pending()? {
@@ -118,6 +126,7 @@ impl StateStore {
         Ok(StateStore {
             shared: Arc::new(Shared::new(live, snapshots, control, db)),
             storage,
+            committed,
         })
     }
 
@@ -343,7 +352,10 @@ impl RaftStateMachine<TypeConfig> for StateStore {
             let store = self.clone();
             let (responses, apply_failed) = self
                 .storage
-                .run(move || Ok(store.apply_entries(entries)))
+                .run(move || {
+                    store.committed.write(&store.shared.db)?;
+                    Ok(store.apply_entries(entries))
+                })
                 .await?;
             for (response, responder) in responses.into_iter().zip(responders) {
                 if let Some(responder) = responder {

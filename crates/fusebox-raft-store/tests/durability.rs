@@ -82,10 +82,14 @@ async fn log_vote_and_committed_survive_reopen() {
         normal(2, 3, kill_switch(true)),
     ];
     {
-        let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
+        let (mut log, mut state) = open(dir.path(), &support::me()).unwrap();
         log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
         append(&mut log, entries.clone()).await;
+        // As openraft does: the committed id, then the apply of what it
+        // commits, which writes it. A newer id replaces one not written yet.
+        log.save_committed(Some(log_id(2, 2))).await.unwrap();
         log.save_committed(Some(log_id(2, 3))).await.unwrap();
+        apply(&mut state, entries.clone()).await.unwrap();
     }
 
     let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
@@ -99,6 +103,23 @@ async fn log_vote_and_committed_survive_reopen() {
     let state = log.get_log_state().await.unwrap();
     assert_eq!(state.last_log_id, Some(log_id(2, 3)));
     assert_eq!(state.last_purged_log_id, None);
+}
+
+#[tokio::test]
+async fn a_committed_id_is_written_by_the_apply_that_follows_it() {
+    let dir = TempDir::new().unwrap();
+    let entries = vec![membership(1, 1, &[1]), blank(1, 2), blank(1, 3)];
+    {
+        let (mut log, mut state) = open(dir.path(), &support::me()).unwrap();
+        append(&mut log, entries.clone()).await;
+        log.save_committed(Some(log_id(1, 2))).await.unwrap();
+        apply(&mut state, entries[..2].to_vec()).await.unwrap();
+        // A crash between the core's commit and its apply: the newer id
+        // was only noted, so the one written before it is what survives.
+        log.save_committed(Some(log_id(1, 3))).await.unwrap();
+    }
+    let (mut log, _state) = open(dir.path(), &support::me()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 2)));
 }
 
 #[tokio::test]
