@@ -435,6 +435,19 @@ async fn a_short_bench_reports_its_figures(op: &Operator) {
     assert_eq!(unary["transport"], "unary", "{unary}");
     assert!(unary["keys"].as_u64().expect("keys") > 0, "{unary}");
     assert_eq!(unary["failures"], serde_json::json!({}), "{unary}");
+    // Metrics that cannot be read (no listener there) cost the server
+    // figures only: the run's own are printed, then the command fails.
+    let unread = op
+        .run(&[&args[..], &["--metrics", "127.0.0.1:1", "--json"]].concat())
+        .await;
+    assert_ne!(unread.code, 0, "a failed scrape fails the command");
+    let report: Value = serde_json::from_str(unread.stdout.trim())
+        .unwrap_or_else(|e| panic!("no JSON printed ({e}): {}", unread.stdout));
+    assert!(report["keys"].as_u64().expect("keys") > 0, "{report}");
+    assert!(report["server_cpu_ms_per_key"].is_null(), "{report}");
+    let why = report["server_unread"].as_str().expect("why, in the JSON");
+    assert!(why.contains("127.0.0.1:1"), "{why}");
+    assert!(unread.stderr.contains("not read"), "{}", unread.stderr);
     let refused = op.fails(&["bench", "ledger", "--clients", "0"], 2).await;
     assert!(refused.contains("--clients must be 1 to"), "{refused}");
 }

@@ -8,6 +8,9 @@
 //! the nodes' metrics listeners, the server CPU time and WAL syncs per key
 //! summed over those nodes (read from `fusebox_process_cpu_seconds_total`
 //! and `fusebox_raft_log_syncs_total` before and after). `--json` prints one line.
+//! A node whose metrics cannot be read (it died mid-run, say) costs only
+//! the server figures: the run's own are printed, with the reason, and the
+//! command then fails with it.
 //!
 //! Keys are `bench-<run>-<worker>-<n>` in `--namespace` (default `bench`);
 //! `fusebox namespace delete bench` removes them afterwards.
@@ -317,7 +320,7 @@ async fn measure<P: Pair>(
     }
     let progress = (!json).then(|| tokio::spawn(progress("keys", done.clone(), started, until)));
     tokio::time::sleep_until(measured_from).await;
-    let before = scrape_all(&bench.metrics).await?;
+    let before = scrape_all(&bench.metrics).await;
     let mut tally = WorkerTally::default();
     while let Some(joined) = workers.join_next().await {
         let one = joined.context("a bench worker stopped")?;
@@ -327,13 +330,14 @@ async fn measure<P: Pair>(
             *tally.failures.entry(what).or_default() += n;
         }
     }
-    let after = scrape_all(&bench.metrics).await?;
+    let after = scrape_all(&bench.metrics).await;
     if let Some(progress) = progress {
         progress.abort();
         eprintln!();
     }
-    report(json, store, bench, tally, before.zip(after));
-    Ok(())
+    let server = Server::around(before, after);
+    report(json, store, bench, tally, &server);
+    server.read()
 }
 
 /// `--NAME` must be 1 to `max`.
@@ -537,6 +541,67 @@ pub(crate) async fn scrape_all(nodes: &[String]) -> anyhow::Result<Option<Server
     Ok(Some(sum))
 }
 
+/// The nodes' counters around a measured window: both scrapes, none asked
+/// for (no `--metrics`), or why one failed. A failed scrape costs the
+/// server figures only; the run's own are reported either way.
+pub(crate) enum Server {
+    NotAsked,
+    Counted(ServerCounters, ServerCounters),
+    Unread(String),
+}
+
+impl Server {
+    /// From the scrapes before and after the window.
+    pub(crate) fn around(
+        before: anyhow::Result<Option<ServerCounters>>,
+        after: anyhow::Result<Option<ServerCounters>>,
+    ) -> Server {
+        match (before, after) {
+            (Ok(Some(before)), Ok(Some(after))) => Server::Counted(before, after),
+            (Err(e), _) | (_, Err(e)) => Server::Unread(format!("{e:#}")),
+            _ => Server::NotAsked,
+        }
+    }
+
+    /// Both counters, when both scrapes were read.
+    pub(crate) fn counted(&self) -> Option<(ServerCounters, ServerCounters)> {
+        match self {
+            Server::Counted(before, after) => Some((*before, *after)),
+            _ => None,
+        }
+    }
+
+    /// Why the counters were not read, when a scrape failed.
+    pub(crate) fn unread(&self) -> Option<&str> {
+        match self {
+            Server::Unread(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// The command's outcome once the figures are out: a failed scrape
+    /// fails it.
+    pub(crate) fn read(&self) -> anyhow::Result<()> {
+        match self.unread() {
+            Some(why) => Err(anyhow::anyhow!(
+                "the run's figures are above; the server's were not read: {why}"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The line a text report prints instead of the server figures (per
+    /// `what`).
+    pub(crate) fn missing_line(&self, what: &str) -> String {
+        match self.unread() {
+            Some(why) => format!("  server figures not read: {why}"),
+            None => format!(
+                "  server CPU and syncs per {what}: pass --metrics HOST:PORT,... to see them"
+            ),
+        }
+    }
+}
+
 /// `GET /metrics` from `node` (`HOST:PORT`), bounded.
 async fn metrics_page(node: &str) -> anyhow::Result<String> {
     let page = crate::http_get::get(node, "/metrics", METRICS_PAGE_BYTES_MAX)
@@ -576,13 +641,7 @@ pub(crate) fn percentile_ms(sorted: &[u32], p: u32) -> f64 {
     f64::from(sorted[rank]) / 1000.0
 }
 
-fn report(
-    json: bool,
-    store: &str,
-    bench: &LedgerBench,
-    mut tally: WorkerTally,
-    server: Option<(ServerCounters, ServerCounters)>,
-) {
+fn report(json: bool, store: &str, bench: &LedgerBench, mut tally: WorkerTally, server: &Server) {
     tally.micros.sort_unstable();
     let keys_per_second = tally.pairs as f64 / bench.seconds as f64;
     let (p50, p99) = (
@@ -590,7 +649,7 @@ fn report(
         percentile_ms(&tally.micros, 99),
     );
     let max = percentile_ms(&tally.micros, 100);
-    let per_key = server.map(|(before, after)| {
+    let per_key = server.counted().map(|(before, after)| {
         let keys = tally.pairs.max(1) as f64;
         (
             (after.cpu_seconds - before.cpu_seconds) * 1000.0 / keys,
@@ -614,6 +673,7 @@ fn report(
             "failures": tally.failures,
             "server_cpu_ms_per_key": per_key.map(|p| p.0),
             "log_syncs_per_key": per_key.map(|p| p.1),
+            "server_unread": server.unread(),
             })
         );
         return;
@@ -638,7 +698,7 @@ fn report(
             "  server (summed over {} nodes): {cpu:.3} ms CPU and {syncs:.3} WAL syncs per key",
             bench.metrics.len()
         ),
-        None => outln!("  server CPU and syncs per key: pass --metrics HOST:PORT,... to see them"),
+        None => outln!("{}", server.missing_line("key")),
     }
     if failures > 0 {
         outln!("  failures: {failures} {:?}", tally.failures);
@@ -655,6 +715,32 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_scrape_costs_only_the_server_figures() {
+        let counters = |cpu| ServerCounters {
+            cpu_seconds: cpu,
+            log_syncs: 0.0,
+        };
+        let counted = Server::around(Ok(Some(counters(1.0))), Ok(Some(counters(2.0))));
+        assert_eq!(counted.counted(), Some((counters(1.0), counters(2.0))));
+        assert!(counted.read().is_ok());
+        let not_asked = Server::around(Ok(None), Ok(None));
+        assert_eq!(not_asked.counted(), None);
+        assert!(not_asked.read().is_ok());
+        assert!(not_asked.missing_line("key").contains("pass --metrics"));
+        let died = Server::around(
+            Ok(Some(counters(1.0))),
+            Err(anyhow::anyhow!("metrics of 127.0.0.1:9: refused")),
+        );
+        assert_eq!(died.counted(), None);
+        assert_eq!(died.unread(), Some("metrics of 127.0.0.1:9: refused"));
+        assert!(died
+            .missing_line("key")
+            .contains("not read: metrics of 127.0.0.1:9"));
+        let failed = died.read().expect_err("a failed scrape fails the command");
+        assert!(failed.to_string().contains("127.0.0.1:9"), "{failed}");
+    }
 
     #[test]
     fn process_counters_are_read_from_a_metrics_page() {

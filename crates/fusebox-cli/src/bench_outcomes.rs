@@ -14,7 +14,7 @@
 //! CPU time and WAL syncs per thousand outcomes summed over those nodes.
 
 use crate::bench_cmd::{
-    percentile_ms, progress, scrape_all, within, ServerCounters, CLIENTS_MAX, FAILURE_PAUSE,
+    percentile_ms, progress, scrape_all, within, Server, CLIENTS_MAX, FAILURE_PAUSE,
     SAMPLES_PER_WORKER_MAX, SECONDS_MAX,
 };
 use crate::client::{ClientArgs, Session};
@@ -119,7 +119,7 @@ pub(crate) async fn run(client: &ClientArgs, bench: OutcomesBench) -> anyhow::Re
     let progress =
         (!json).then(|| tokio::spawn(progress("outcomes", done.clone(), started, until)));
     tokio::time::sleep_until(measured_from).await;
-    let before = scrape_all(&bench.metrics).await?;
+    let before = scrape_all(&bench.metrics).await;
     let mut tally = Tally::default();
     while let Some(joined) = workers.join_next().await {
         let one = joined.context("a bench worker stopped")?;
@@ -130,13 +130,14 @@ pub(crate) async fn run(client: &ClientArgs, bench: OutcomesBench) -> anyhow::Re
             *tally.failures.entry(what).or_default() += n;
         }
     }
-    let after = scrape_all(&bench.metrics).await?;
+    let after = scrape_all(&bench.metrics).await;
     if let Some(progress) = progress {
         progress.abort();
         eprintln!();
     }
-    report(json, &bench, tally, before.zip(after));
-    Ok(())
+    let server = Server::around(before, after);
+    report(json, &bench, tally, &server);
+    server.read()
 }
 
 /// One batch's outcomes: successes spread over the tools in turn, each
@@ -213,12 +214,7 @@ impl Worker {
     }
 }
 
-fn report(
-    json: bool,
-    bench: &OutcomesBench,
-    mut tally: Tally,
-    server: Option<(ServerCounters, ServerCounters)>,
-) {
+fn report(json: bool, bench: &OutcomesBench, mut tally: Tally, server: &Server) {
     tally.micros.sort_unstable();
     let per_second = tally.outcomes as f64 / bench.seconds as f64;
     let (p50, p99, max) = (
@@ -226,7 +222,7 @@ fn report(
         percentile_ms(&tally.micros, 99),
         percentile_ms(&tally.micros, 100),
     );
-    let per_thousand = server.map(|(before, after)| {
+    let per_thousand = server.counted().map(|(before, after)| {
         let thousands = (tally.outcomes.max(1) as f64) / 1000.0;
         (
             (after.cpu_seconds - before.cpu_seconds) * 1000.0 / thousands,
@@ -250,6 +246,7 @@ fn report(
                 "failures": tally.failures,
                 "server_cpu_ms_per_1000_outcomes": per_thousand.map(|p| p.0),
                 "log_syncs_per_1000_outcomes": per_thousand.map(|p| p.1),
+                "server_unread": server.unread(),
             })
         );
         return;
@@ -271,9 +268,7 @@ fn report(
             "  server (summed over {} nodes): {cpu:.3} ms CPU and {syncs:.3} WAL syncs per 1,000 outcomes",
             bench.metrics.len()
         ),
-        None => {
-            outln!("  server CPU and syncs per outcome: pass --metrics HOST:PORT,... to see them")
-        }
+        None => outln!("{}", server.missing_line("outcome")),
     }
     if failures > 0 {
         outln!("  failed batches: {failures} {:?}", tally.failures);

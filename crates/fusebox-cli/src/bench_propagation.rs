@@ -22,7 +22,7 @@
 //! `--metrics` names the nodes' metrics listeners, the server CPU time per
 //! round summed over those nodes.
 
-use crate::bench_cmd::{percentile_ms, scrape_all, within, ServerCounters};
+use crate::bench_cmd::{percentile_ms, scrape_all, within, Server};
 use crate::client::{ClientArgs, Session};
 use crate::failure::Failure;
 use crate::out::outln;
@@ -213,7 +213,7 @@ pub(crate) async fn run(client: &ClientArgs, bench: PropagationBench) -> anyhow:
     let json = client.json;
     wait_ready(&shared, bench.watchers, json).await?;
     let driver = client.session().await?;
-    let before = scrape_all(&bench.metrics).await?;
+    let before = scrape_all(&bench.metrics).await;
     let mut tally = Tally::default();
     for r in 0..bench.rounds {
         let tool = format!("prop-{run}-{r}");
@@ -261,11 +261,12 @@ pub(crate) async fn run(client: &ClientArgs, bench: PropagationBench) -> anyhow:
     if !json {
         eprintln!();
     }
-    let after = scrape_all(&bench.metrics).await?;
+    let after = scrape_all(&bench.metrics).await;
     streams.abort_all();
     reset_all(&driver, &bench, &run, json).await;
-    report(json, &bench, tally, before.zip(after));
-    Ok(())
+    let server = Server::around(before, after);
+    report(json, &bench, tally, &server);
+    server.read()
 }
 
 /// Resets every breaker the rounds changed: each round's tool's and, as
@@ -402,12 +403,7 @@ async fn change(
     Ok(())
 }
 
-fn report(
-    json: bool,
-    bench: &PropagationBench,
-    mut tally: Tally,
-    server: Option<(ServerCounters, ServerCounters)>,
-) {
+fn report(json: bool, bench: &PropagationBench, mut tally: Tally, server: &Server) {
     let figures = |samples: &mut Vec<u32>| {
         samples.sort_unstable();
         (
@@ -420,7 +416,7 @@ fn report(
     let delivery = figures(&mut tally.delivery);
     let last = figures(&mut tally.last);
     let rounds = tally.request.len();
-    let cpu_per_round = server.map(|(before, after)| {
+    let cpu_per_round = server.counted().map(|(before, after)| {
         (after.cpu_seconds - before.cpu_seconds) * 1000.0 / rounds.max(1) as f64
     });
     let change = match bench.change {
@@ -442,6 +438,7 @@ fn report(
                 "delivery_ms": ms(delivery),
                 "last_watcher_ms": ms(last),
                 "server_cpu_ms_per_round": cpu_per_round,
+                "server_unread": server.unread(),
             })
         );
         return;
@@ -467,6 +464,8 @@ fn report(
             "  server CPU (summed over {} nodes): {cpu:.2} ms per round",
             bench.metrics.len()
         );
+    } else if let Some(why) = server.unread() {
+        outln!("  server figures not read: {why}");
     }
     if tally.missed > 0 || tally.failed > 0 {
         outln!(
