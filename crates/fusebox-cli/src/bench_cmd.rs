@@ -590,15 +590,18 @@ impl Server {
         }
     }
 
+    /// The text report's line for a failed scrape.
+    pub(crate) fn unread_line(&self) -> Option<String> {
+        self.unread()
+            .map(|why| format!("  server figures not read: {why}"))
+    }
+
     /// The line a text report prints instead of the server figures (per
     /// `what`).
     pub(crate) fn missing_line(&self, what: &str) -> String {
-        match self.unread() {
-            Some(why) => format!("  server figures not read: {why}"),
-            None => format!(
-                "  server CPU and syncs per {what}: pass --metrics HOST:PORT,... to see them"
-            ),
-        }
+        self.unread_line().unwrap_or_else(|| {
+            format!("  server CPU and syncs per {what}: pass --metrics HOST:PORT,... to see them")
+        })
     }
 }
 

@@ -464,8 +464,8 @@ fn report(json: bool, bench: &PropagationBench, mut tally: Tally, server: &Serve
             "  server CPU (summed over {} nodes): {cpu:.2} ms per round",
             bench.metrics.len()
         );
-    } else if let Some(why) = server.unread() {
-        outln!("  server figures not read: {why}");
+    } else if let Some(line) = server.unread_line() {
+        outln!("{line}");
     }
     if tally.missed > 0 || tally.failed > 0 {
         outln!(
