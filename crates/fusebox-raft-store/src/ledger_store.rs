@@ -25,9 +25,13 @@
 //! are held in memory, one per record however many entries changed it,
 //! and written behind: in one `WriteBatch` with their index changes and
 //! the last committed entry's index, once they reach
-//! [`UNWRITTEN_RECORDS_MAX`] records, before any read of the disk's index
-//! or records (a listing, the deadline scan, a snapshot) and with every
-//! fleet checkpoint. So the ledger on disk is always exactly the ledger
+//! [`UNWRITTEN_RECORDS_MAX`] records (by the [writer
+//! thread](crate::ledger_writer), while the next entries are applied;
+//! lookups find the records in memory until the batch is on disk, and
+//! the next batch waits for it), before any read of the disk's index or
+//! records (a listing, the deadline scan, a snapshot) and with every
+//! fleet checkpoint (these two on the applying thread, after any batch
+//! being written). So the ledger on disk is always exactly the ledger
 //! after some entry, and a record begun and completed between two writes
 //! reaches the disk once, completed: its in-progress status and lease
 //! deadline are never written, nor deleted. A crash loses the unwritten
@@ -50,6 +54,7 @@ use crate::limits::{
     INSTALL_BATCH_BYTES_MAX, RECENT_RECORDS_BYTES_MAX, RECENT_RECORDS_MAX, UNWRITTEN_BYTES_MAX,
     UNWRITTEN_RECORDS_MAX,
 };
+use crate::ledger_writer::Writer;
 use crate::rocks::{cf, db_error, CF_LEDGER, CF_LEDGER_INDEX, CF_META};
 use fusebox_core::ledger::{deadline, Index, LedgerStore, Record, Status};
 use fusebox_core::machine::{SnapshotReader, SnapshotWriter};
@@ -59,6 +64,7 @@ use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions, DB
 use std::collections::btree_map::Entry as Slot;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{self, Read, Write};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 const KEY_LEDGER_APPLIED: &[u8] = b"ledger_applied";
@@ -326,6 +332,15 @@ impl Unwritten {
     }
 }
 
+/// Changes handed to the [writer thread](crate::ledger_writer), being
+/// written: lookups find them here until the batch is on disk.
+struct Writing {
+    records: Arc<BTreeMap<Vec<u8>, Box<Change>>>,
+    /// The batch's outcome; `None` once it failed (the fault is latched,
+    /// and the records stay here, where lookups still find them).
+    done: Option<Receiver<io::Result<()>>>,
+}
+
 /// Records as the last written entries left them on disk, decoded (absent
 /// for a removed one), oldest dropped first past [`RECENT_RECORDS_MAX`] or
 /// [`RECENT_RECORDS_BYTES_MAX`]. Filled only after [`Unwritten`] changes
@@ -403,6 +418,9 @@ struct Inner {
     /// in `unwritten`.
     applied: Option<u64>,
     unwritten: Unwritten,
+    /// The previous [`Unwritten`] changes, being written by `writer`.
+    writing: Option<Writing>,
+    writer: Writer,
     /// No deadline before this (millis) is indexed: where [`LedgerStore::due`]
     /// starts its scan. Deadlines are removed as records complete, and each
     /// removal leaves a tombstone in RocksDB until compaction; a scan from
@@ -440,6 +458,8 @@ impl RocksLedger {
                 counts,
                 applied,
                 unwritten: Unwritten::default(),
+                writing: None,
+                writer: Writer::start()?,
                 deadline_floor: 0,
                 pending: Pending::default(),
                 fault: None,
@@ -465,7 +485,9 @@ impl Inner {
     }
 
     fn read_record(&mut self, key: &[u8]) -> Option<Record> {
-        let changed = (self.pending.records.get(key)).or_else(|| self.unwritten.records.get(key));
+        let changed = (self.pending.records.get(key))
+            .or_else(|| self.unwritten.records.get(key))
+            .or_else(|| self.writing.as_ref()?.records.get(key));
         if let Some(change) = changed {
             return change.now.clone();
         }
@@ -494,7 +516,9 @@ impl Inner {
             Slot::Occupied(mut slot) => slot.get_mut().now = now,
             Slot::Vacant(slot) => {
                 // `old` is what the disk holds unless an unwritten change
-                // already answered it (and keeps what the disk holds).
+                // already answered it (and keeps what the disk holds); one
+                // being written answers what the disk holds once it is,
+                // before this change is written.
                 let before = if self.unwritten.records.contains_key(slot.key()) {
                     None
                 } else {
@@ -513,13 +537,16 @@ impl Inner {
     /// entry, with `checkpoint` (an encoded fleet as of that entry) if
     /// given. A failure is latched: the disk no longer follows the entries.
     fn write_unwritten(&mut self, checkpoint: Option<&[u8]>) -> io::Result<()> {
+        self.finish_writing(true)?;
         if self.unwritten.records.is_empty() && checkpoint.is_none() {
             return Ok(());
         }
         let Some(index) = self.applied else {
             return Ok(());
         };
-        let written = unwritten_batch(&self.db, &self.unwritten, &self.counts, index, checkpoint)
+        let counts = self.changed_counts();
+        let unwritten = &self.unwritten.records;
+        let written = unwritten_batch(&self.db, unwritten, &counts, index, checkpoint)
             .and_then(|batch| {
                 self.db
                     .write(batch)
@@ -529,19 +556,94 @@ impl Inner {
             self.latch("write ledger batch", &e);
             return Err(e);
         }
-        // The deadlines just written may lie before the floor.
-        let changes = self.unwritten.records.values();
-        let written_deadlines = changes.filter_map(|c| c.now.as_ref().and_then(deadline));
-        if let Some(first) = written_deadlines.map(|at| at.as_millis()).min() {
-            self.deadline_floor = self.deadline_floor.min(first);
-        }
-        for (key, change) in std::mem::take(&mut self.unwritten).records {
+        let written = std::mem::take(&mut self.unwritten).records;
+        for (key, change) in &written {
             // An entry being applied that changed this record left its
             // `before` to the unwritten change: it is on disk now.
-            if let Some(pending) = self.pending.records.get_mut(&key) {
+            if let Some(pending) = self.pending.records.get_mut(key) {
                 pending.before.clone_from(&change.now);
             }
-            self.recent.keep(key, change.now);
+        }
+        self.written(written.into_iter().map(|(key, change)| (key, change.now)));
+        Ok(())
+    }
+
+    /// The record counts of the namespaces the unwritten changes touch.
+    fn changed_counts(&self) -> Vec<(Namespace, u64)> {
+        let namespaces = self.unwritten.namespaces.iter();
+        let count = |ns: &Namespace| self.counts.get(ns).copied().unwrap_or(0);
+        namespaces.map(|ns| (ns.clone(), count(ns))).collect()
+    }
+
+    /// Notes that `records` (key, record as written) are on disk: the
+    /// deadline floor, and the records kept decoded.
+    fn written(&mut self, records: impl IntoIterator<Item = (Vec<u8>, Option<Record>)>) {
+        for (key, now) in records {
+            // A deadline just written may lie before the floor.
+            if let Some(at) = now.as_ref().and_then(deadline) {
+                self.deadline_floor = self.deadline_floor.min(at.as_millis());
+            }
+            self.recent.keep(key, now);
+        }
+    }
+
+    /// Hands the unwritten changes to the writer thread (after the batch it
+    /// holds, if any, is on disk; in inline mode they are written here).
+    /// Entries after them are applied meanwhile: an entry that changes one
+    /// of their records reads it from them, and its own change, written
+    /// after them, starts from what they leave on disk.
+    fn hand_off(&mut self) -> io::Result<()> {
+        self.finish_writing(true)?;
+        let Some(index) = self.applied else {
+            return Ok(());
+        };
+        let counts = self.changed_counts();
+        let records = Arc::new(std::mem::take(&mut self.unwritten).records);
+        let (db, batch_records) = (self.db.clone(), Arc::clone(&records));
+        let done = self.writer.write(move || {
+            let batch = unwritten_batch(&db, &batch_records, &counts, index, None)?;
+            // Released before the answer: the ledger then owns the records
+            // alone and moves them without a copy.
+            drop(batch_records);
+            db.write(batch)
+                .map_err(|e| db_error("write ledger batch", e))
+        });
+        self.writing = Some(Writing {
+            records,
+            done: Some(done),
+        });
+        // Done already in inline mode.
+        self.finish_writing(false)
+    }
+
+    /// Finishes with the batch being written, if any: waits for it if
+    /// `wait`, or else only if it is already done. A failure is latched
+    /// and answered again on every later call.
+    fn finish_writing(&mut self, wait: bool) -> io::Result<()> {
+        let Some(writing) = &mut self.writing else {
+            return Ok(());
+        };
+        let outcome = match &writing.done {
+            None => Err(io::Error::other("an earlier ledger batch failed")),
+            Some(done) if wait => done.recv().unwrap_or_else(|_| Err(writer_stopped())),
+            Some(done) => match done.try_recv() {
+                Ok(outcome) => outcome,
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => Err(writer_stopped()),
+            },
+        };
+        if let Err(e) = outcome {
+            writing.done = None;
+            self.latch("write ledger batch", &e);
+            return Err(e);
+        }
+        if let Some(writing) = self.writing.take() {
+            // The writer released its copy before answering, so the records
+            // move without a copy.
+            match Arc::try_unwrap(writing.records) {
+                Ok(records) => self.written(records.into_iter().map(|(k, c)| (k, c.now))),
+                Err(shared) => self.written(shared.iter().map(|(k, c)| (k.clone(), c.now.clone()))),
+            }
         }
         Ok(())
     }
@@ -717,6 +819,10 @@ impl LedgerStore for RocksLedger {
     }
 }
 
+fn writer_stopped() -> io::Error {
+    io::Error::other("the ledger writer stopped without writing its batch")
+}
+
 fn snapshot_error(e: io::Error) -> CoreError {
     CoreError::Snapshot(e.to_string())
 }
@@ -766,8 +872,12 @@ impl LedgerControl {
             inner.unwritten.merge(key, change);
         }
         inner.applied = Some(index);
-        if checkpoint.is_some() || inner.unwritten.full() {
+        if checkpoint.is_some() {
             inner.write_unwritten(checkpoint)?;
+        } else if inner.unwritten.full() {
+            inner.hand_off()?;
+        } else {
+            inner.finish_writing(false)?;
         }
         Ok(())
     }
@@ -817,6 +927,10 @@ impl LedgerControl {
         commit: impl FnOnce(&SnapshotReader<R>, &mut WriteBatch) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut inner = self.ledger.lock();
+        // A batch being written lands before the install's deletions; the
+        // snapshot replaces it whatever became of it.
+        let _replaced = inner.finish_writing(true);
+        inner.writing = None;
         // The snapshot's deadlines may lie anywhere, and its records are
         // not the ones kept.
         inner.deadline_floor = 0;
@@ -876,8 +990,8 @@ impl LedgerControl {
 /// any.
 fn unwritten_batch(
     db: &DB,
-    unwritten: &Unwritten,
-    counts: &BTreeMap<Namespace, u64>,
+    unwritten: &BTreeMap<Vec<u8>, Box<Change>>,
+    counts: &[(Namespace, u64)],
     index: u64,
     checkpoint: Option<&[u8]>,
 ) -> io::Result<WriteBatch> {
@@ -887,8 +1001,8 @@ fn unwritten_batch(
         cf(db, CF_META)?,
     );
     let mut batch = WriteBatch::default();
-    let mut index_keys = Vec::with_capacity(unwritten.records.len() * LISTINGS);
-    for (k, change) in &unwritten.records {
+    let mut index_keys = Vec::with_capacity(unwritten.len() * LISTINGS);
+    for (k, change) in unwritten {
         match (&change.before, &change.now) {
             (_, Some(r)) => batch.put_cf(records, k, encode("ledger record", r)?),
             (Some(_), None) => batch.delete_cf(records, k),
@@ -915,8 +1029,8 @@ fn unwritten_batch(
             false => batch.delete_cf(indexes, k),
         }
     }
-    for ns in &unwritten.namespaces {
-        match counts.get(ns).copied().unwrap_or(0) {
+    for (ns, n) in counts {
+        match n {
             0 => batch.delete_cf(indexes, count_key(ns)),
             n => batch.put_cf(indexes, count_key(ns), n.to_le_bytes()),
         }
@@ -1203,8 +1317,44 @@ mod tests {
             assert_eq!(on_disk(&control, "k0"), None, "written after {i} records");
             unwritten_entry(&control, i as u64 + 1, |l| begin(l, &format!("k{i}"), 1_000, 500));
         }
-        assert!(on_disk(&control, "k0").is_some());
+        // Handed to the writer thread, and on disk once it is done.
         assert!(control.ledger.lock().unwritten.records.is_empty());
+        control.ledger.lock().finish_writing(true).unwrap();
+        assert!(on_disk(&control, "k0").is_some());
+        assert!(control.ledger.lock().writing.is_none());
+    }
+
+    #[test]
+    fn entries_applied_while_a_batch_is_written_read_it_and_follow_it_on_disk() {
+        let (_dir, ledger, control) = opened();
+        let ns = Namespace::new("fleet").unwrap();
+        let n = UNWRITTEN_RECORDS_MAX;
+        for i in 0..n {
+            unwritten_entry(&control, i as u64 + 1, |l| begin(l, &format!("k{i}"), 1_000, 500));
+        }
+        // The writer may not have written the batch yet: this entry reads
+        // the records from it, and its changes start from what it writes.
+        unwritten_entry(&control, n as u64 + 1, |l| {
+            for i in 0..10 {
+                let old = l.get(&ns, &format!("k{i}")).expect("in the batch");
+                assert_eq!(old.status, Status::InProgress);
+                let mut done = old.clone();
+                done.status = Status::Failed;
+                done.lease_until = None;
+                l.put(&ns, Some(&old), done);
+            }
+            let gone = l.get(&ns, "k10").expect("in the batch");
+            l.remove(&ns, &gone);
+        });
+        control.write_unwritten().unwrap();
+        let listed = |status| ledger.scan(&ns, Index::Status(status), "", 2 * n).len();
+        assert_eq!(listed(Status::InProgress), n - 11);
+        assert_eq!(listed(Status::Failed), 10);
+        assert_eq!(ledger.scan(&ns, Index::All, "", 2 * n).len(), n - 1);
+        assert_eq!(ledger.len(&ns), n - 1);
+        assert_eq!(on_disk(&control, "k10"), None);
+        // Only the records still in progress hold a lease deadline.
+        assert_eq!(ledger.due(Timestamp::from_millis(10_000), 2 * n).len(), n - 11);
     }
 
     /// Each column family's keys as a batch puts or deletes them, in the
@@ -1254,7 +1404,8 @@ mod tests {
         });
         unwritten_entry(&control, 6, |l| begin(l, "k3", 1_200, 500));
         let inner = control.ledger.lock();
-        let batch = unwritten_batch(&inner.db, &inner.unwritten, &inner.counts, 6, None).unwrap();
+        let (records, counts) = (&inner.unwritten.records, inner.changed_counts());
+        let batch = unwritten_batch(&inner.db, records, &counts, 6, None).unwrap();
         let mut keys = KeysByFamily::default();
         batch.iterate_cf(&mut keys);
         let status_keys = keys.0.values().flatten().filter(|k| k[0] == TAG_STATUS).count();

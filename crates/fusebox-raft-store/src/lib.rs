@@ -36,9 +36,10 @@
 //!
 //! Appends and applies run on the store's own storage thread, one at a
 //! time (`storage_thread`), its other RocksDB calls on tokio's blocking pool
-//! ([`blocking`]), and WAL fsyncs for appends on a dedicated flusher thread;
-//! on a thread marked by [`run_inline`] (the deterministic simulation) all
-//! of them run inline instead. Two calls block and are the caller's to
+//! ([`blocking`]), WAL fsyncs for appends on a dedicated flusher thread,
+//! and the ledger's written-behind batches on a dedicated writer thread
+//! (`ledger_writer`); on a thread marked by [`run_inline`] (the
+//! deterministic simulation) all of them run inline instead. Two calls block and are the caller's to
 //! place: [`open`], and the closure given to [`StateStore::with_state`] when
 //! it reads the ledger. Data read from disk is never trusted: a value that
 //! does not decode is an `io::Error` naming what was read (a failed ledger
@@ -78,6 +79,7 @@ with_rocksdb! {
     mod flusher;
     mod identity;
     mod ledger_store;
+    mod ledger_writer;
     mod limits;
     mod live;
     mod log_store;

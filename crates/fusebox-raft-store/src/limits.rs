@@ -117,16 +117,18 @@ pub(crate) const RECENT_RECORDS_MAX: usize = 8_192;
 pub(crate) const RECENT_RECORDS_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// Records changed by applied entries and not yet written to RocksDB, at
-/// most ([`crate::ledger_store`]); past it their changes are written in one
-/// batch. A `begin` and its `complete` a few milliseconds later usually
-/// meet here, so the record is written once, in its final state, and the
-/// in-progress status and lease deadline it held in between never reach
-/// the disk. A crash loses these changes, and the log replays them. At
-/// 10,000 keys a second this fills in about 50 ms, ten times a pair's
-/// median. Larger writes less often but stalls the applies longer when it
-/// writes: at 64 clients, 256 / 512 / 1,024 / 4,096 records gave pairs a
-/// p99 of 15.8-17.2 / 18.9 / 22.1-22.5 / 41.3-43.7 ms, and 512 as many keys per second as
-/// the larger ones (bench/README.md).
+/// most ([`crate::ledger_store`]); past it their changes are handed to the
+/// ledger's writer thread as one batch (so memory holds at most twice
+/// this: one batch being written, the next filling). A `begin` and its
+/// `complete` a few milliseconds later usually meet here, so the record is
+/// written once, in its final state, and the in-progress status and lease
+/// deadline it held in between never reach the disk. A crash loses these
+/// changes, and the log replays them. At 10,000 keys a second this fills
+/// in about 50 ms, ten times a pair's median. Larger writes less often;
+/// when batches were written on the storage thread it stalled the applies
+/// longer each time: at 64 clients, 256 / 512 / 1,024 / 4,096 records gave
+/// pairs a p99 of 15.8-17.2 / 18.9 / 22.1-22.5 / 41.3-43.7 ms, and 512 as
+/// many keys per second as the larger ones (bench/README.md).
 pub(crate) const UNWRITTEN_RECORDS_MAX: usize = 512;
 
 /// Bytes of the records held by [`UNWRITTEN_RECORDS_MAX`] (as the disk holds
