@@ -30,12 +30,13 @@
 //! lookups find the records in memory until the batch is on disk, and
 //! the next batch waits for it), before any read of the disk's index or
 //! records (a listing, the deadline scan, a snapshot) and with every
-//! fleet checkpoint (these two on the applying thread, after any batch
-//! being written). So the ledger on disk is always exactly the ledger
+//! fleet checkpoint (these two by the thread that reads or applies, after
+//! any batch being written). So the ledger on disk is always exactly the ledger
 //! after some entry, and a record begun and completed between two writes
 //! reaches the disk once, completed: its in-progress status and lease
 //! deadline are never written, nor deleted. A crash loses the unwritten
-//! changes, and the replay below redoes them from the log. On restart the fleet
+//! changes and any batch not yet written, and the replay below redoes them
+//! from the log. On restart the fleet
 //! (breakers, policies) comes from the last snapshot, which is never newer
 //! than the ledger (its synced write follows every ledger batch it covers
 //! in the one WAL), and openraft replays the log after it: entries the
@@ -414,8 +415,8 @@ struct Inner {
     /// Records per namespace as of the last committed entry (namespaces
     /// are bounded).
     counts: BTreeMap<Namespace, u64>,
-    /// The last log index whose ledger changes are committed: on disk, or
-    /// in `unwritten`.
+    /// The last log index whose ledger changes are committed: on disk,
+    /// being written, or in `unwritten`.
     applied: Option<u64>,
     unwritten: Unwritten,
     /// The previous [`Unwritten`] changes, being written by `writer`.
@@ -624,7 +625,8 @@ impl Inner {
             return Ok(());
         };
         let outcome = match &writing.done {
-            None => Err(io::Error::other("an earlier ledger batch failed")),
+            // Latched (and logged) when it failed.
+            None => return Err(io::Error::other("an earlier ledger batch failed")),
             Some(done) if wait => done.recv().unwrap_or_else(|_| Err(writer_stopped())),
             Some(done) => match done.try_recv() {
                 Ok(outcome) => outcome,
@@ -848,7 +850,9 @@ impl LedgerControl {
     /// [full](Unwritten::full), before a read of the disk, or with
     /// `checkpoint` (an encoded fleet as of this entry) if given: the fleet
     /// and the ledger then reach the disk together, and a restart resumes
-    /// from both. Refuses if a read failed while applying the entry.
+    /// from both. Refuses if a read failed while applying the entry, or if
+    /// writing an earlier batch failed (found here, after this entry's
+    /// changes joined the unwritten ones: the node stops either way).
     pub(crate) fn commit(&self, checkpoint: Option<&[u8]>) -> io::Result<()> {
         let mut guard = self.ledger.lock();
         let inner = &mut *guard;
@@ -927,8 +931,9 @@ impl LedgerControl {
         commit: impl FnOnce(&SnapshotReader<R>, &mut WriteBatch) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut inner = self.ledger.lock();
-        // A batch being written lands before the install's deletions; the
-        // snapshot replaces it whatever became of it.
+        // A batch being written lands before the install's deletions, and
+        // the snapshot replaces it; if it failed, its fault stays latched
+        // and stops the node at the next commit, as any failed write does.
         let _replaced = inner.finish_writing(true);
         inner.writing = None;
         // The snapshot's deadlines may lie anywhere, and its records are
@@ -1329,11 +1334,20 @@ mod tests {
         let (_dir, ledger, control) = opened();
         let ns = Namespace::new("fleet").unwrap();
         let n = UNWRITTEN_RECORDS_MAX;
+        // The writer thread is held until the gate opens, so the batch
+        // handed to it is still being written below.
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        let _held = control.ledger.lock().writer.write(move || {
+            let _ = gate.recv();
+            Ok(())
+        });
         for i in 0..n {
             unwritten_entry(&control, i as u64 + 1, |l| begin(l, &format!("k{i}"), 1_000, 500));
         }
-        // The writer may not have written the batch yet: this entry reads
-        // the records from it, and its changes start from what it writes.
+        assert!(control.ledger.lock().writing.is_some());
+        assert_eq!(on_disk(&control, "k0"), None);
+        // This entry reads the records from the batch being written, and
+        // its changes start from what that batch leaves on disk.
         unwritten_entry(&control, n as u64 + 1, |l| {
             for i in 0..10 {
                 let old = l.get(&ns, &format!("k{i}")).expect("in the batch");
@@ -1346,7 +1360,15 @@ mod tests {
             let gone = l.get(&ns, "k10").expect("in the batch");
             l.remove(&ns, &gone);
         });
+        assert_eq!(on_disk(&control, "k0"), None);
+        // Opened a little later: the write below waits for the held batch
+        // (written after it, this entry's changes would be overwritten).
+        let opener = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            open.send(()).unwrap();
+        });
         control.write_unwritten().unwrap();
+        opener.join().unwrap();
         let listed = |status| ledger.scan(&ns, Index::Status(status), "", 2 * n).len();
         assert_eq!(listed(Status::InProgress), n - 11);
         assert_eq!(listed(Status::Failed), 10);

@@ -39,12 +39,12 @@
 //! ([`blocking`]), WAL fsyncs for appends on a dedicated flusher thread,
 //! and the ledger's written-behind batches on a dedicated writer thread
 //! (`ledger_writer`); on a thread marked by [`run_inline`] (the
-//! deterministic simulation) all of them run inline instead. Two calls block and are the caller's to
-//! place: [`open`], and the closure given to [`StateStore::with_state`] when
-//! it reads the ledger. Data read from disk is never trusted: a value that
-//! does not decode is an `io::Error` naming what was read (a failed ledger
-//! read refuses the commit of the entry being applied), which stops Raft,
-//! never a panic.
+//! deterministic simulation) all of them run inline instead. Two calls
+//! block and are the caller's to place: [`open`], and the closure given
+//! to [`StateStore::with_state`] when it reads the ledger. Data read from
+//! disk is never trusted: a value that does not decode is an `io::Error`
+//! naming what was read (a failed ledger read refuses the commit of the
+//! entry being applied), which stops Raft, never a panic.
 //!
 //! The snapshot data type is [`SnapshotData`]: an open file holding the
 //! core's snapshot encoding, with its length and SHA-256. Snapshots are

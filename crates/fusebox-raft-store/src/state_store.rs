@@ -6,8 +6,9 @@
 //!
 //! Applying an entry commits its ledger changes, which are written behind,
 //! with the last entry's index, in unsynced batches ([`crate::ledger_store`]:
-//! a crash loses at most [`crate::limits::UNWRITTEN_RECORDS_MAX`] records'
-//! changes, which the replay below redoes); the fleet lives in memory
+//! a crash loses at most twice [`crate::limits::UNWRITTEN_RECORDS_MAX`]
+//! records' changes, a batch being written and the next, which the replay
+//! below redoes); the fleet lives in memory
 //! and the committed log is its durable record. Snapshots are persisted
 //! (see [`crate::snapshot_slot`]): a built or installed snapshot is on disk
 //! (written with `sync = true`) before `build_snapshot` or
