@@ -99,7 +99,12 @@ mod tests {
         let thread = StorageThread::start().expect("start");
         let ran = Arc::new(Mutex::new(Vec::new()));
         // All handed over at once: the queue, not the awaits, orders them.
-        let answers = join_all((0..32).map(|i| {
+        // As many as the queue holds, so each is queued the first time it
+        // is polled, in order: with 32, those that waited for room were
+        // not always queued in theirs (one loaded run queued 21 and 22
+        // after 31).
+        let jobs = STORAGE_QUEUE_JOBS_MAX;
+        let answers = join_all((0..jobs).map(|i| {
             let ran = Arc::clone(&ran);
             thread.run(move || {
                 ran.lock().unwrap().push(i);
@@ -107,7 +112,7 @@ mod tests {
             })
         }))
         .await;
-        assert_eq!(*ran.lock().unwrap(), (0..32).collect::<Vec<_>>());
+        assert_eq!(*ran.lock().unwrap(), (0..jobs).collect::<Vec<_>>());
         for name in answers {
             assert_eq!(name.expect("run").as_deref(), Some("raft-storage"));
         }
