@@ -429,6 +429,10 @@ struct Inner {
     deadline_floor: u64,
     pending: Pending,
     fault: Option<String>,
+    /// Tests only: the batches handed to the writer fail, as a write that
+    /// RocksDB refused would.
+    #[cfg(test)]
+    fail_batches: bool,
 }
 
 /// The RocksDB ledger: the [`LedgerStore`] the state machine uses. Clones
@@ -464,6 +468,8 @@ impl RocksLedger {
                 deadline_floor: 0,
                 pending: Pending::default(),
                 fault: None,
+                #[cfg(test)]
+                fail_batches: false,
             })),
         };
         let control = LedgerControl {
@@ -601,7 +607,13 @@ impl Inner {
         let counts = self.changed_counts();
         let records = Arc::new(std::mem::take(&mut self.unwritten).records);
         let (db, batch_records) = (self.db.clone(), Arc::clone(&records));
+        #[cfg(test)]
+        let fail = self.fail_batches;
         let done = self.writer.write(move || {
+            #[cfg(test)]
+            if fail {
+                return Err(io::Error::other("injected batch failure"));
+            }
             let batch = unwritten_batch(&db, &batch_records, &counts, index, None)?;
             // Released before the answer: the ledger then owns the records
             // alone and moves them without a copy.
@@ -1329,22 +1341,48 @@ mod tests {
         assert!(control.ledger.lock().writing.is_none());
     }
 
-    #[test]
-    fn entries_applied_while_a_batch_is_written_read_it_and_follow_it_on_disk() {
-        let (_dir, ledger, control) = opened();
-        let ns = Namespace::new("fleet").unwrap();
-        let n = UNWRITTEN_RECORDS_MAX;
-        // The writer thread is held until the gate opens, so the batch
-        // handed to it is still being written below.
+    /// Holds the writer thread until the answer is dropped or sent to, so
+    /// that a batch handed to it meanwhile is still being written.
+    fn hold_writer(control: &LedgerControl) -> std::sync::mpsc::Sender<()> {
         let (open, gate) = std::sync::mpsc::channel::<()>();
         let _held = control.ledger.lock().writer.write(move || {
             let _ = gate.recv();
             Ok(())
         });
-        for i in 0..n {
-            unwritten_entry(&control, i as u64 + 1, |l| begin(l, &format!("k{i}"), 1_000, 500));
+        open
+    }
+
+    /// Opens the gate of [`hold_writer`] after a while, from another
+    /// thread: whatever waits for the held batch meanwhile waits that long.
+    fn open_later(open: std::sync::mpsc::Sender<()>) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let _ = open.send(());
+        })
+    }
+
+    /// Returns once the writer thread has run every job handed to it.
+    fn drain_writer(control: &LedgerControl) {
+        let done = control.ledger.lock().writer.write(|| Ok(()));
+        done.recv().unwrap().unwrap();
+    }
+
+    /// Begins `k0`, `k1`, ... in entries 1, 2, ...: one full batch, handed
+    /// to the writer.
+    fn fill_batch(control: &LedgerControl) {
+        for i in 0..UNWRITTEN_RECORDS_MAX {
+            unwritten_entry(control, i as u64 + 1, |l| begin(l, &format!("k{i}"), 1_000, 500));
         }
         assert!(control.ledger.lock().writing.is_some());
+    }
+
+    #[test]
+    fn entries_applied_while_a_batch_is_written_read_it_and_follow_it_on_disk() {
+        let (_dir, ledger, control) = opened();
+        let ns = Namespace::new("fleet").unwrap();
+        let n = UNWRITTEN_RECORDS_MAX;
+        let open = hold_writer(&control);
+        fill_batch(&control);
         assert_eq!(on_disk(&control, "k0"), None);
         // This entry reads the records from the batch being written, and
         // its changes start from what that batch leaves on disk.
@@ -1363,10 +1401,7 @@ mod tests {
         assert_eq!(on_disk(&control, "k0"), None);
         // Opened a little later: the write below waits for the held batch
         // (written after it, this entry's changes would be overwritten).
-        let opener = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            open.send(()).unwrap();
-        });
+        let opener = open_later(open);
         control.write_unwritten().unwrap();
         opener.join().unwrap();
         let listed = |status| ledger.scan(&ns, Index::Status(status), "", 2 * n).len();
@@ -1377,6 +1412,82 @@ mod tests {
         assert_eq!(on_disk(&control, "k10"), None);
         // Only the records still in progress hold a lease deadline.
         assert_eq!(ledger.due(Timestamp::from_millis(10_000), 2 * n).len(), n - 11);
+    }
+
+    #[test]
+    fn an_install_lands_after_the_batch_being_written_and_replaces_it() {
+        let (_dir, ledger, control) = opened();
+        let ns = Namespace::new("fleet").unwrap();
+        let open = hold_writer(&control);
+        fill_batch(&control);
+        // The snapshot holds one record the batch does not.
+        let mut theirs = ledger.get(&ns, "k0").unwrap();
+        theirs.key = "theirs".into();
+        theirs.status = Status::Abandoned;
+        theirs.lease_until = None;
+        let mut writer = SnapshotWriter::new(&fusebox_core::machine::Fleet::default()).unwrap();
+        writer.record(&ns, &theirs).unwrap();
+        let bytes = writer.finish().unwrap();
+        let (_, mut reader) = SnapshotReader::open(bytes.as_slice()).unwrap();
+        let opener = open_later(open);
+        control
+            .install(&mut reader, Some(10_000), |_, _| Ok(()))
+            .unwrap();
+        opener.join().unwrap();
+        // A batch that landed after the install's deletions would bring
+        // its records back.
+        drain_writer(&control);
+        assert_eq!(ledger.scan(&ns, Index::All, "", 10), ["theirs"]);
+        assert_eq!((ledger.len(&ns), control.total()), (1, 1));
+        assert_eq!(on_disk(&control, "k0"), None);
+        assert_eq!(ledger.get(&ns, "k0"), None);
+        assert!(ledger.scan(&ns, Index::Status(Status::InProgress), "", 10).is_empty());
+        assert!(ledger.due(Timestamp::from_millis(10_000), 10).is_empty());
+        let db = control.ledger.lock().db.clone();
+        assert_eq!(load_applied(&db).unwrap(), Some(10_000));
+    }
+
+    #[test]
+    fn a_batch_that_fails_on_the_writer_stops_the_next_commit_and_every_later_one() {
+        let (_dir, _, control) = opened();
+        control.ledger.lock().fail_batches = true;
+        let open = hold_writer(&control);
+        fill_batch(&control);
+        // Still being written: nothing has failed yet.
+        let n = UNWRITTEN_RECORDS_MAX as u64;
+        unwritten_entry(&control, n + 1, |l| begin(l, "next", 1_000, 500));
+        drop(open);
+        drain_writer(&control);
+        for index in [n + 2, n + 3] {
+            control.begin_entry(index);
+            begin(&mut control.ledger.clone(), &format!("after{index}"), 1_000, 500);
+            let refused = control.commit(None).expect_err("the batch failed");
+            assert!(refused.to_string().contains("injected batch failure"), "{refused}");
+        }
+        // Nothing reached the disk, and every write of it is refused too.
+        assert_eq!(on_disk(&control, "k0"), None);
+        assert!(control.write_unwritten().is_err());
+    }
+
+    #[test]
+    fn a_ledger_dropped_while_its_batch_is_written_finishes_it_before_the_database_closes() {
+        let (dir, ledger, control) = opened();
+        let open = hold_writer(&control);
+        fill_batch(&control);
+        let opener = open_later(open);
+        // Joins the writer, which holds the database until the batch is
+        // written: the database can only be opened again once it closed.
+        drop((ledger, control));
+        opener.join().unwrap();
+        let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
+        let (ledger, control) = RocksLedger::open(db).unwrap();
+        let n = UNWRITTEN_RECORDS_MAX;
+        assert_eq!(control.total(), n as u64);
+        assert_eq!(load_applied(&control.ledger.lock().db).unwrap(), Some(n as u64));
+        let ns = Namespace::new("fleet").unwrap();
+        let listed = ledger.scan(&ns, Index::Status(Status::InProgress), "", 2 * n);
+        assert_eq!(listed.len(), n);
+        assert!(on_disk(&control, &format!("k{}", n - 1)).is_some());
     }
 
     /// Each column family's keys as a batch puts or deletes them, in the

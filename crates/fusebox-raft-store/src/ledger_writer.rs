@@ -119,4 +119,43 @@ mod tests {
         });
         assert!(done.recv().expect("still running").is_ok());
     }
+
+    /// The name of the thread a write ran on, as its answer.
+    fn where_it_ran(writer: &Writer) -> Option<String> {
+        let (name, named) = sync_channel(1);
+        let done = writer.write(move || {
+            let _ = name.send(std::thread::current().name().map(str::to_owned));
+            Ok(())
+        });
+        done.recv().expect("an answer").expect("written");
+        named.recv().expect("a name")
+    }
+
+    #[test]
+    fn a_write_runs_where_it_is_handed_over_when_the_thread_has_gone() {
+        let (jobs, queue) = sync_channel::<Job>(1);
+        drop(queue);
+        let gone = Writer {
+            jobs: Some(jobs),
+            thread: None,
+        };
+        let here = std::thread::current().name().map(str::to_owned);
+        assert_eq!(where_it_ran(&gone), here);
+    }
+
+    #[test]
+    fn in_inline_mode_there_is_no_thread_and_writes_run_where_they_are_handed_over() {
+        let ran = std::thread::Builder::new()
+            .name("simulated".into())
+            .spawn(|| {
+                crate::rocks::run_inline();
+                let writer = Writer::start().expect("start");
+                assert!(writer.thread.is_none());
+                where_it_ran(&writer)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(ran.as_deref(), Some("simulated"));
+    }
 }
