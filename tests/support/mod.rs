@@ -16,6 +16,12 @@
 //!
 //! Every wait takes a deadline and panics with what it was waiting for when
 //! the deadline passes; every gRPC call has a timeout.
+//!
+//! Each node logs (stdout and stderr) to `node-ID.log` in the cluster's
+//! directory, at `info`
+//! (or `FUSEBOX_TEST_NODE_LOG`, a `RUST_LOG` filter); when a test fails with
+//! a cluster alive, the last [`LOG_LINES_ON_FAILURE`] lines of each node's
+//! log are printed with its failure.
 
 #![allow(dead_code)]
 
@@ -101,6 +107,9 @@ pub struct TestCluster {
     pub admin_token: Option<PathBuf>,
     dir: tempfile::TempDir,
 }
+
+/// How much of each node's log a failing test prints.
+pub const LOG_LINES_ON_FAILURE: usize = 60;
 
 /// Node certificates `start_tls` writes beyond the initial members, for
 /// nodes that join later.
@@ -254,9 +263,16 @@ impl TestCluster {
         if let Some(token) = &self.admin_token {
             cmd.arg("--init-auth").arg(token);
         }
-        cmd.env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        // Appended to: a restarted node's log follows its earlier run's.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .expect("open the node's log");
+        let filter = std::env::var("FUSEBOX_TEST_NODE_LOG").unwrap_or_else(|_| "info".into());
+        let errors = log.try_clone().expect("share the node's log");
+        // `serve` logs to stdout; stderr has what comes before logging.
+        cmd.env("RUST_LOG", filter).stdout(log).stderr(errors);
         let child = cmd.spawn().expect("spawn fusebox serve");
         self.nodes.get_mut(&id).expect("known node").child = Some(child);
     }
@@ -297,6 +313,19 @@ impl TestCluster {
     }
 
     /// SIGKILLs node `id`.
+    /// Where node `id` logs.
+    pub fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// The last `lines` lines node `id` has logged.
+    pub fn log_tail(&self, id: u64, lines: usize) -> String {
+        let text = std::fs::read(self.log_path(id)).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     pub fn kill(&mut self, id: u64) {
         if let Some(mut child) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
             let _ = child.kill();
@@ -545,8 +574,18 @@ where
 impl Drop for TestCluster {
     fn drop(&mut self) {
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
-        for id in ids {
+        for &id in &ids {
             self.kill(id);
+        }
+        // Printed with the failure (the harness shows a failing test's
+        // output); the logs go with the directory.
+        if std::thread::panicking() {
+            for id in ids {
+                let tail = self.log_tail(id, LOG_LINES_ON_FAILURE);
+                eprintln!(
+                    "--- node {id}: the last {LOG_LINES_ON_FAILURE} lines of its log ---\n{tail}"
+                );
+            }
         }
     }
 }

@@ -5,6 +5,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use fusebox_server::node::config::{ApiTls, PeerTls};
 use fusebox_server::node::{start_in, NodeConfig, NodeEnv};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -234,7 +235,14 @@ pub(crate) fn init_tracing(json: bool) {
 pub(crate) fn init_tracing_to(json: bool, to: LogTo) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colours only for a terminal: a log file or a collector gets plain text.
+    let terminal = match to {
+        LogTo::Stdout => std::io::stdout().is_terminal(),
+        LogTo::Stderr => std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(terminal);
     match (json, to) {
         (true, LogTo::Stdout) => builder.json().init(),
         (false, LogTo::Stdout) => builder.init(),
