@@ -18,10 +18,11 @@
 //! the deadline passes; every gRPC call has a timeout.
 //!
 //! Each node logs (stdout and stderr) to `node-ID.log` in the cluster's
-//! directory, at `info`
-//! (or `FUSEBOX_TEST_NODE_LOG`, a `RUST_LOG` filter); when a test fails with
-//! a cluster alive, the last [`LOG_LINES_ON_FAILURE`] lines of each node's
-//! log are printed with its failure.
+//! directory, at `info` with openraft's elections and votes (or at
+//! `FUSEBOX_TEST_NODE_LOG`, a `RUST_LOG` filter); a restart appends to it
+//! after a line that marks it. When a test fails with a cluster alive, up
+//! to the last [`LOG_LINES_ON_FAILURE`] lines of each node's log are
+//! printed with its failure.
 
 #![allow(dead_code)]
 
@@ -264,11 +265,13 @@ impl TestCluster {
             cmd.arg("--init-auth").arg(token);
         }
         // Appended to: a restarted node's log follows its earlier run's.
-        let log = std::fs::OpenOptions::new()
+        let mut log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path(id))
             .expect("open the node's log");
+        std::io::Write::write_all(&mut log, format!("--- node {id} starts ---\n").as_bytes())
+            .expect("mark the node's start in its log");
         let filter = std::env::var("FUSEBOX_TEST_NODE_LOG").unwrap_or_else(|_| "info".into());
         let errors = log.try_clone().expect("share the node's log");
         // `serve` logs to stdout; stderr has what comes before logging.
@@ -312,7 +315,6 @@ impl TestCluster {
         addr
     }
 
-    /// SIGKILLs node `id`.
     /// Where node `id` logs.
     pub fn log_path(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("node-{id}.log"))
@@ -326,6 +328,7 @@ impl TestCluster {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// SIGKILLs node `id`.
     pub fn kill(&mut self, id: u64) {
         if let Some(mut child) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
             let _ = child.kill();
@@ -583,7 +586,7 @@ impl Drop for TestCluster {
             for id in ids {
                 let tail = self.log_tail(id, LOG_LINES_ON_FAILURE);
                 eprintln!(
-                    "--- node {id}: the last {LOG_LINES_ON_FAILURE} lines of its log ---\n{tail}"
+                    "--- node {id}: its log's last {LOG_LINES_ON_FAILURE} lines or fewer ---\n{tail}"
                 );
             }
         }

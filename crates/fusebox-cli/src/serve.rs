@@ -235,14 +235,16 @@ pub(crate) fn init_tracing(json: bool) {
 pub(crate) fn init_tracing_to(json: bool, to: LogTo) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    // Colours only for a terminal: a log file or a collector gets plain text.
+    // Colours only for a terminal, and not there if `NO_COLOR` is set: a
+    // log file or a collector gets plain text.
     let terminal = match to {
         LogTo::Stdout => std::io::stdout().is_terminal(),
         LogTo::Stderr => std::io::stderr().is_terminal(),
     };
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(terminal);
+        .with_ansi(terminal && !no_color);
     match (json, to) {
         (true, LogTo::Stdout) => builder.json().init(),
         (false, LogTo::Stdout) => builder.init(),

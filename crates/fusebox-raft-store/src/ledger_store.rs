@@ -1341,8 +1341,8 @@ mod tests {
         assert!(control.ledger.lock().writing.is_none());
     }
 
-    /// Holds the writer thread until the answer is dropped or sent to, so
-    /// that a batch handed to it meanwhile is still being written.
+    /// Holds the writer thread until the returned sender is dropped or sent
+    /// to, so that a batch handed to it meanwhile is still being written.
     fn hold_writer(control: &LedgerControl) -> std::sync::mpsc::Sender<()> {
         let (open, gate) = std::sync::mpsc::channel::<()>();
         let _held = control.ledger.lock().writer.write(move || {
@@ -1428,14 +1428,17 @@ mod tests {
         let mut writer = SnapshotWriter::new(&fusebox_core::machine::Fleet::default()).unwrap();
         writer.record(&ns, &theirs).unwrap();
         let bytes = writer.finish().unwrap();
-        let (_, mut reader) = SnapshotReader::open(bytes.as_slice()).unwrap();
-        let opener = open_later(open);
-        control
-            .install(&mut reader, Some(10_000), |_, _| Ok(()))
-            .unwrap();
-        opener.join().unwrap();
-        // A batch that landed after the install's deletions would bring
-        // its records back.
+        let installer = control.clone();
+        let installing = std::thread::spawn(move || {
+            let (_, mut reader) = SnapshotReader::open(bytes.as_slice()).unwrap();
+            installer.install(&mut reader, Some(10_000), |_, _| Ok(()))
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!installing.is_finished(), "the install waits for the batch");
+        open.send(()).unwrap();
+        installing.join().unwrap().unwrap();
+        // Had the install not waited, the batch would land after its
+        // deletions and bring its records back.
         drain_writer(&control);
         assert_eq!(ledger.scan(&ns, Index::All, "", 10), ["theirs"]);
         assert_eq!((ledger.len(&ns), control.total()), (1, 1));
@@ -1474,11 +1477,14 @@ mod tests {
         let (dir, ledger, control) = opened();
         let open = hold_writer(&control);
         fill_batch(&control);
-        let opener = open_later(open);
-        // Joins the writer, which holds the database until the batch is
-        // written: the database can only be opened again once it closed.
-        drop((ledger, control));
-        opener.join().unwrap();
+        // Dropped on a thread of its own: the drop joins the writer, which
+        // holds the batch and the database until the gate opens.
+        let dropping = std::thread::spawn(move || drop((ledger, control)));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!dropping.is_finished(), "the drop waits for the batch");
+        assert!(crate::rocks::open_db(dir.path()).is_err(), "still open");
+        open.send(()).unwrap();
+        dropping.join().unwrap();
         let db = Arc::new(crate::rocks::open_db(dir.path()).unwrap());
         let (ledger, control) = RocksLedger::open(db).unwrap();
         let n = UNWRITTEN_RECORDS_MAX;

@@ -120,15 +120,15 @@ mod tests {
         assert!(done.recv().expect("still running").is_ok());
     }
 
-    /// The name of the thread a write ran on, as its answer.
-    fn where_it_ran(writer: &Writer) -> Option<String> {
-        let (name, named) = sync_channel(1);
+    /// The thread a write ran on.
+    fn where_it_ran(writer: &Writer) -> std::thread::ThreadId {
+        let (ran, on) = sync_channel(1);
         let done = writer.write(move || {
-            let _ = name.send(std::thread::current().name().map(str::to_owned));
+            let _ = ran.send(std::thread::current().id());
             Ok(())
         });
         done.recv().expect("an answer").expect("written");
-        named.recv().expect("a name")
+        on.recv().expect("a thread")
     }
 
     #[test]
@@ -139,23 +139,18 @@ mod tests {
             jobs: Some(jobs),
             thread: None,
         };
-        let here = std::thread::current().name().map(str::to_owned);
-        assert_eq!(where_it_ran(&gone), here);
+        assert_eq!(where_it_ran(&gone), std::thread::current().id());
     }
 
     #[test]
     fn in_inline_mode_there_is_no_thread_and_writes_run_where_they_are_handed_over() {
-        let ran = std::thread::Builder::new()
-            .name("simulated".into())
-            .spawn(|| {
-                crate::rocks::run_inline();
-                let writer = Writer::start().expect("start");
-                assert!(writer.thread.is_none());
-                where_it_ran(&writer)
-            })
-            .unwrap()
-            .join()
-            .unwrap();
-        assert_eq!(ran.as_deref(), Some("simulated"));
+        std::thread::spawn(|| {
+            crate::rocks::run_inline();
+            let writer = Writer::start().expect("start");
+            assert!(writer.thread.is_none());
+            assert_eq!(where_it_ran(&writer), std::thread::current().id());
+        })
+        .join()
+        .expect("ran inline");
     }
 }
