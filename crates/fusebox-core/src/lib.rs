@@ -11,8 +11,9 @@
 //! Invariants this crate keeps, and tests:
 //! - **Determinism.** The same commands with the same entry timestamps give
 //!   the same state and the same answers on every replica. Time is a value on
-//!   the entry ([`Timestamp`]); collections whose order matters are ordered
-//!   (`BTreeMap`), never hashed.
+//!   the entry ([`Timestamp`]); collections are walked in key order
+//!   (`BTreeMap`, or a `KeyedMap` whose hash index is only looked up),
+//!   never in hash order.
 //! - **Fencing.** Every breaker change bumps its generation; generations only
 //!   grow, and reports or probe results carrying a stale generation are
 //!   ignored.
@@ -35,6 +36,7 @@ pub mod breaker;
 pub mod disclosure;
 pub mod error;
 pub mod hex;
+mod keyed;
 pub mod ledger;
 pub mod limits;
 pub mod machine;

@@ -10,6 +10,7 @@ use super::watch_event::WatchEvent;
 use crate::auth::AuthTable;
 use crate::breaker::{Breaker, BreakerKey};
 use crate::error::CoreError;
+use crate::keyed::KeyedMap;
 use crate::ledger::LedgerStore;
 use crate::limits::{NAMESPACES_MAX, TICK_TIMERS_MAX};
 use crate::name::{Namespace, ServerName};
@@ -27,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fleet {
     pub(super) namespaces: BTreeMap<Namespace, NamespaceState>,
-    pub(super) breakers: BTreeMap<BreakerKey, Breaker>,
+    pub(super) breakers: KeyedMap<BreakerKey, Breaker>,
     pub(super) breakers_per_namespace: BTreeMap<Namespace, usize>,
     pub(super) breaker_deadlines: BTreeSet<(Timestamp, BreakerKey)>,
     pub(super) revision: u64,

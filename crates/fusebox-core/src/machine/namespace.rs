@@ -2,13 +2,14 @@
 
 use super::state_machine::DEFAULT_POLICY;
 use crate::breaker::BreakerKey;
+use crate::keyed::Hashing;
 use crate::limits::POLICY_VERSIONS_MAX;
 use crate::name::{Namespace, ServerName, ToolName};
 use crate::policy::{BreakerPolicy, PolicyDocument, Scope};
 use crate::time::Timestamp;
 use crate::tools::ToolId;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -78,11 +79,11 @@ impl ToolResolution {
 /// The tools resolved under one policy version, at most
 /// [`RESOLVED_TOOLS_MAX`]; past it, tools are resolved on every use. It is
 /// state derived from the version, so copies start empty and it never
-/// makes two states differ.
+/// makes two states differ. Hashed: it is only looked up, never walked.
 #[derive(Default)]
 pub(crate) struct ResolvedTools {
     /// By server, then tool, so a lookup borrows the names.
-    by_server: BTreeMap<ServerName, BTreeMap<ToolName, Arc<ToolResolution>>>,
+    by_server: HashMap<ServerName, HashMap<ToolName, Arc<ToolResolution>, Hashing>, Hashing>,
     count: usize,
 }
 
@@ -129,7 +130,7 @@ impl ResolvedTools {
 /// states differ.
 #[derive(Default)]
 pub(crate) struct DefaultResolved {
-    by_namespace: BTreeMap<Namespace, ResolvedTools>,
+    by_namespace: HashMap<Namespace, ResolvedTools, Hashing>,
     count: usize,
 }
 

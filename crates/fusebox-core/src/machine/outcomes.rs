@@ -9,13 +9,14 @@ use super::state_machine::StateMachine;
 use super::watch_event::WatchEvent;
 use crate::breaker::{BreakerKey, Observation, Recorded};
 use crate::error::CoreError;
+use crate::keyed::Hashing;
 use crate::ledger::LedgerStore;
 use crate::name::{BackendName, Namespace, ReplicaId, ServerName, ToolName};
 use crate::policy::Scope;
 use crate::time::Timestamp;
 use crate::tools::ToolId;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 impl<L: LedgerStore> StateMachine<L> {
@@ -54,8 +55,10 @@ impl<L: LedgerStore> StateMachine<L> {
             .get_mut(ns)
             .and_then(|n| n.policies.back_mut());
         let defaults = &mut fleet.default_resolved;
-        let mut index: BTreeMap<(&ServerName, &ToolName, Option<&BackendName>), usize> =
-            BTreeMap::new();
+        // Hashed: it is only looked up, and slots are numbered in outcome
+        // order whatever its layout.
+        let mut index: HashMap<(&ServerName, &ToolName, Option<&BackendName>), usize, Hashing> =
+            HashMap::default();
         let mut tools: Vec<BatchTool> = Vec::new();
         let mut slots: Vec<usize> = Vec::with_capacity(outcomes.len());
         for o in outcomes {

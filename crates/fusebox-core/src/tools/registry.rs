@@ -6,12 +6,13 @@ use crate::disclosure::{
     WindowedSketch, DAY_MS,
 };
 use crate::error::CoreError;
+use crate::keyed::KeyedMap;
 use crate::limits::{OBSERVED_TOOLS_MAX, OBSERVED_WINDOW_BUCKETS, TOOLS_PER_NAMESPACE_MAX};
 use crate::name::{Namespace, ServerName, ToolName};
 use crate::policy::PolicyDocument;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Which manifest an import carries: one server's, in one namespace, and
 /// who imports it.
@@ -27,8 +28,8 @@ pub(crate) struct ManifestOf<'a> {
 /// Every imported tool and every observed tool's latency window.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolRegistry {
-    tools: BTreeMap<ToolId, ToolRecord>,
-    observed: BTreeMap<ToolId, WindowedSketch>,
+    tools: KeyedMap<ToolId, ToolRecord>,
+    observed: KeyedMap<ToolId, WindowedSketch>,
 }
 
 impl ToolRegistry {
