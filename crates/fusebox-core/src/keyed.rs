@@ -273,4 +273,71 @@ mod tests {
         assert_eq!(format!("{built:?}"), r#"{"b": 1, "c": 1}"#);
         assert_eq!(built.clone(), built);
     }
+
+    /// One step of the model test.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Insert(u8, u16),
+        Remove(u8),
+        Change(u8, u16),
+        RetainAbove(u16),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (any::<u8>(), any::<u16>()).prop_map(|(k, v)| Step::Insert(k, v)),
+            2 => any::<u8>().prop_map(Step::Remove),
+            2 => (any::<u8>(), any::<u16>()).prop_map(|(k, v)| Step::Change(k, v)),
+            1 => any::<u16>().prop_map(Step::RetainAbove),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever is done to it, it holds and walks exactly what a
+        /// `BTreeMap` given the same steps does, and encodes the same bytes.
+        #[test]
+        fn behaves_as_a_btree_map(
+            steps in proptest::collection::vec(step(), 0..200),
+            from in proptest::prelude::any::<u8>(),
+        ) {
+            let mut keyed: KeyedMap<u8, u16> = KeyedMap::new();
+            let mut model: BTreeMap<u8, u16> = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Insert(k, v) => {
+                        proptest::prop_assert_eq!(keyed.insert(k, v), model.insert(k, v));
+                    }
+                    Step::Remove(k) => {
+                        proptest::prop_assert_eq!(keyed.remove(&k), model.remove(&k));
+                    }
+                    Step::Change(k, v) => {
+                        if let Some(x) = keyed.get_mut(&k) {
+                            *x = v;
+                        }
+                        if let Some(x) = model.get_mut(&k) {
+                            *x = v;
+                        }
+                    }
+                    Step::RetainAbove(floor) => {
+                        keyed.retain(|_, v| *v > floor);
+                        model.retain(|_, v| *v > floor);
+                    }
+                }
+                proptest::prop_assert_eq!(keyed.len(), model.len());
+            }
+            proptest::prop_assert!(keyed.iter().eq(model.iter()));
+            proptest::prop_assert!(keyed.range(from..).eq(model.range(from..)));
+            proptest::prop_assert!(keyed.keys().rev().eq(model.keys().rev()));
+            for k in 0..=u8::MAX {
+                proptest::prop_assert_eq!(keyed.get(&k), model.get(&k));
+                proptest::prop_assert_eq!(keyed.contains_key(&k), model.contains_key(&k));
+            }
+            proptest::prop_assert_eq!(keyed.order.len(), keyed.values.len());
+            proptest::prop_assert_eq!(
+                postcard::to_allocvec(&keyed).ok(),
+                postcard::to_allocvec(&model).ok()
+            );
+        }
+    }
 }
