@@ -136,6 +136,16 @@ pub use fusebox_api::limits::RAFT_PAYLOAD_BYTES_MAX;
 /// the network sends the rest in the next batch. Well under
 /// [`RAFT_PAYLOAD_BYTES_MAX`], so a full batch always fits the transport.
 pub const REPLICATION_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The slowest rate a follower may take in a replication batch, in bytes
+/// per second. A batch must be answered within openraft's deadline for one
+/// request (`soft_ttl`: 150 ms at the default 200 ms heartbeat) plus its
+/// size at this rate: 4 s more for a full batch
+/// ([`REPLICATION_BATCH_BYTES_MAX`]), nothing noticeable for a small one.
+/// Without it, a follower that receives and syncs big entries slower than
+/// the heartbeat never answers them in time, and each retry sends them
+/// again (seen: four 4 MB imports at once, on a loaded debug build, left
+/// no follower caught up for 5 s).
+pub const REPLICATION_BYTES_PER_SEC_MIN: u64 = 4 * 1024 * 1024;
 /// Largest log entry a node proposes, in encoded bytes: a command that
 /// would make a bigger entry is refused with `entry_bytes_max` before it
 /// reaches the log. Below [`REPLICATION_BATCH_BYTES_MAX`], so one entry

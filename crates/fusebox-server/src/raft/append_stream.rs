@@ -10,14 +10,17 @@
 //!
 //! Bounds: at most [`RAFT_STREAM_BATCHES_IN_FLIGHT_MAX`] batches are sent
 //! and not yet answered, and the oldest of them must be answered within
-//! openraft's deadline for one request, or the stream ends as unreachable
-//! (openraft then opens a new one). A stream with nothing in flight may stay
+//! openraft's deadline for one request plus the time its size takes at
+//! [`REPLICATION_BYTES_PER_SEC_MIN`] (`network::ttl_for`), or the stream
+//! ends as unreachable (openraft then opens a new one). A stream with nothing in flight may stay
 //! idle: the leader has nothing to send, and its heartbeats go on streams of
 //! their own.
 
 use super::codec::{self, Route};
-use super::network::{append_payload, network, status_error, unreachable};
+use super::network::{append_payload, network, status_error, ttl_for, unreachable};
 use crate::limits::RAFT_STREAM_BATCHES_IN_FLIGHT_MAX;
+#[cfg(doc)]
+use crate::limits::REPLICATION_BYTES_PER_SEC_MIN;
 use crate::node::contact::LeaderContact;
 use crate::node::Clock;
 use fusebox_proto::v1::RaftMessage;
@@ -34,8 +37,9 @@ use tonic::Streaming;
 
 /// The batches sent on one stream and not answered yet.
 pub(super) struct InFlight {
-    /// When each was sent, oldest first.
-    sent: Mutex<VecDeque<Instant>>,
+    /// When each was sent and the allowance for its size (`replies` adds
+    /// openraft's deadline), oldest first.
+    sent: Mutex<VecDeque<(Instant, Duration)>>,
     /// One permit per batch that may still be sent.
     window: Semaphore,
     /// Wakes the reader when a batch is sent while none was in flight.
@@ -51,30 +55,39 @@ impl InFlight {
         })
     }
 
-    fn sent(&self) -> std::sync::MutexGuard<'_, VecDeque<Instant>> {
+    fn sent(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, Duration)>> {
         self.sent.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits for room in the window, then records a batch as sent now.
-    async fn send(&self) -> bool {
+    /// Waits for room in the window, then records a batch of `bytes` as
+    /// sent now.
+    async fn send(&self, bytes: usize) -> bool {
         let Ok(permit) = self.window.acquire().await else {
             return false;
         };
         permit.forget();
-        self.sent().push_back(Instant::now());
+        self.sent()
+            .push_back((Instant::now(), ttl_for(Duration::ZERO, bytes)));
         self.sent_one.notify_one();
         true
     }
 
-    /// The oldest batch in flight was answered.
+    /// The oldest batch in flight was answered. The follower takes batches
+    /// in order, so the next one's time counts from now if it was sent
+    /// earlier: a small batch behind a big one is not late for the big
+    /// one's time.
     fn answered(&self) {
-        if self.sent().pop_front().is_some() {
+        let mut sent = self.sent();
+        if sent.pop_front().is_some() {
             self.window.add_permits(1);
+        }
+        if let Some((next, _)) = sent.front_mut() {
+            *next = (*next).max(Instant::now());
         }
     }
 
-    /// When the oldest batch in flight was sent.
-    fn oldest(&self) -> Option<Instant> {
+    /// When the oldest batch in flight was sent, and its size's allowance.
+    fn oldest(&self) -> Option<(Instant, Duration)> {
         self.sent().front().copied()
     }
 }
@@ -103,7 +116,7 @@ where
                     return None;
                 }
             };
-            if !in_flight.send().await {
+            if !in_flight.send(payload.len()).await {
                 return None;
             }
             let more = cut_after.is_none().then_some(requests);
@@ -123,7 +136,7 @@ pub(super) struct Acks {
 /// The follower's answers as openraft reads them, in order. Ends after the
 /// first answer that is not a success (openraft stops there), when the
 /// follower ends the stream, or with an error when the oldest batch in
-/// flight goes unanswered for `ttl`.
+/// flight goes unanswered for `ttl` and its size's allowance.
 pub(super) fn replies(
     replies: Streaming<RaftMessage>,
     in_flight: Arc<InFlight>,
@@ -135,7 +148,8 @@ pub(super) fn replies(
     futures::stream::unfold(state, move |state| async move {
         let (mut replies, in_flight, acks) = state?;
         loop {
-            let due = in_flight.oldest().map(|sent| sent + ttl);
+            let oldest = in_flight.oldest();
+            let due = oldest.map(|(sent, allowance)| sent + ttl + allowance);
             let overdue = async {
                 match due {
                     Some(due) => tokio::time::sleep_until(due).await,
@@ -164,11 +178,44 @@ pub(super) fn replies(
                     return Some((Ok(result), more));
                 }
                 () = overdue => {
-                    let why = format!("no answer from {} in {ttl:?}", acks.addr);
+                    let allowed = ttl + oldest.map_or(Duration::ZERO, |(_, a)| a);
+                    let why = format!("no answer from {} in {allowed:?}", acks.addr);
                     return Some((Err(unreachable(why)), None));
                 }
                 () = in_flight.sent_one.notified(), if due.is_none() => {}
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::REPLICATION_BATCH_BYTES_MAX;
+
+    #[tokio::test]
+    async fn a_batch_has_time_for_its_size_and_the_next_counts_from_its_answer() {
+        let in_flight = InFlight::new();
+        assert!(in_flight.send(REPLICATION_BATCH_BYTES_MAX).await);
+        let small_sent = Instant::now();
+        assert!(in_flight.send(1_000).await);
+        let (big_sent, big_allowance) = in_flight.oldest().unwrap();
+        assert!(big_sent <= small_sent);
+        assert_eq!(big_allowance, Duration::from_secs(4), "16 MiB at 4 MiB/s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let answered_at = Instant::now();
+        in_flight.answered();
+        let (next_from, next_allowance) = in_flight.oldest().unwrap();
+        assert!(
+            next_from >= answered_at,
+            "the small batch behind the big one counts from the big one's answer"
+        );
+        assert_eq!(next_allowance, Duration::ZERO);
+        in_flight.answered();
+        assert_eq!(in_flight.oldest(), None);
+        assert_eq!(
+            in_flight.window.available_permits(),
+            RAFT_STREAM_BATCHES_IN_FLIGHT_MAX
+        );
+    }
 }

@@ -11,8 +11,8 @@ use super::append_stream::{self, Acks, InFlight};
 use super::codec::{self, Route};
 use crate::limits::{
     RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, RAFT_STREAM_UNARY_MS,
-    REPLICATION_BATCH_BYTES_MAX, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_INSTALL_BASE_MS,
-    SNAPSHOT_INSTALL_BYTES_PER_SEC, SNAPSHOT_STALL_MS,
+    REPLICATION_BATCH_BYTES_MAX, REPLICATION_BYTES_PER_SEC_MIN, SNAPSHOT_CHUNK_BYTES,
+    SNAPSHOT_INSTALL_BASE_MS, SNAPSHOT_INSTALL_BYTES_PER_SEC, SNAPSHOT_STALL_MS,
 };
 use crate::node::contact::LeaderContact;
 use crate::node::Clock;
@@ -158,6 +158,7 @@ impl Connection {
         Fut:
             Future<Output = Result<tonic::Response<fusebox_proto::v1::RaftMessage>, tonic::Status>>,
     {
+        let ttl = ttl_for(ttl, payload.len());
         let message = codec::message(&self.route, payload);
         let client = self.client()?;
         let mut request = tonic::Request::new(message);
@@ -195,14 +196,21 @@ impl Connection {
         let Some(first) = requests.next().await else {
             return Ok(Box::pin(futures::stream::empty()));
         };
+        // The follower may read the first batch before it answers.
+        let first_bytes: usize = first
+            .entries
+            .iter()
+            .map(|e| postcard::experimental::serialized_size(e).unwrap_or(0))
+            .sum();
+        let open_ttl = ttl_for(ttl, first_bytes.min(REPLICATION_BATCH_BYTES_MAX));
         let requests = futures::stream::iter([first]).chain(requests);
         let in_flight = InFlight::new();
         let outgoing = append_stream::outgoing(requests, self.route.clone(), in_flight.clone());
         let mut client = self.client()?;
-        let replies = match tokio::time::timeout(ttl, client.stream_append(outgoing)).await {
+        let replies = match tokio::time::timeout(open_ttl, client.stream_append(outgoing)).await {
             Err(_) => {
                 return Err(unreachable(format!(
-                    "{} opened no replication stream in {ttl:?}",
+                    "{} opened no replication stream in {open_ttl:?}",
                     self.addr
                 )))
             }
@@ -395,6 +403,14 @@ impl Progress {
 /// bounded by [`crate::limits::ENTRY_BYTES_MAX`], well below it); when it
 /// cuts, also the log id of the last entry kept. Each entry is encoded
 /// once: the bytes that measured it are the bytes sent.
+/// The deadline of a message of `bytes`: openraft's `ttl`, plus the time
+/// its size takes at [`REPLICATION_BYTES_PER_SEC_MIN`].
+pub(super) fn ttl_for(ttl: Duration, bytes: usize) -> Duration {
+    let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+    let extra_ms = bytes.saturating_mul(1_000) / REPLICATION_BYTES_PER_SEC_MIN;
+    ttl.saturating_add(Duration::from_millis(extra_ms))
+}
+
 pub(super) fn append_payload(
     rpc: &AppendEntriesRequest<TypeConfig>,
 ) -> Result<(Vec<u8>, Option<LogId>), postcard::Error> {
@@ -541,6 +557,19 @@ mod tests {
     /// What the follower decodes from a payload.
     fn sent(payload: &[u8]) -> AppendEntriesRequest<TypeConfig> {
         codec::decode(payload).unwrap()
+    }
+
+    #[test]
+    fn a_message_has_openrafts_deadline_plus_its_size_at_the_slowest_rate() {
+        let ttl = Duration::from_millis(150);
+        assert_eq!(ttl_for(ttl, 0), ttl);
+        assert_eq!(ttl_for(ttl, 4 * 1024), ttl + Duration::from_millis(0));
+        assert_eq!(ttl_for(ttl, 4 * 1024 * 1024), ttl + Duration::from_secs(1));
+        assert_eq!(
+            ttl_for(ttl, REPLICATION_BATCH_BYTES_MAX),
+            ttl + Duration::from_secs(4)
+        );
+        assert!(ttl_for(ttl, usize::MAX) > Duration::from_secs(3600));
     }
 
     #[test]
