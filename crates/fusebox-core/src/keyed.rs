@@ -3,27 +3,29 @@
 //! Breakers and observed latency windows are looked up several times for
 //! every outcome on every node, and walked in key order only by listings,
 //! snapshots and namespace scans. A `BTreeMap` makes each lookup about ten
-//! comparisons of names (a fifth of a node's CPU under outcome load), so
-//! [`KeyedMap`] keeps the values in a `HashMap` and their order in a
-//! `BTreeSet` beside it, both holding one shared copy of each key.
+//! comparisons of names (most of applying an outcome, itself a fifth of a
+//! node's CPU under outcome load), so [`KeyedMap`] keeps the values in a
+//! `HashMap` and their order in a `BTreeSet` beside it, both holding one
+//! shared copy of each key.
 //!
-//! The hash map is never walked, so its order (and its per-process random
-//! seed, which keeps colliding names from being worked out in advance)
-//! cannot reach the replicated state: every walk goes through the ordered
-//! set, and the encoding is a `BTreeMap`'s, byte for byte.
+//! The hash map is never walked, so its order (and its random seeds, which
+//! keep colliding names from being worked out in advance) cannot reach the
+//! replicated state: every walk goes through the ordered set, and the
+//! encoding is a `BTreeMap`'s, byte for byte.
 
 use serde::de::Deserializer;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-/// The hash of the indexes: foldhash, seeded once per process.
-pub(crate) type Hashing = foldhash::fast::RandomState;
 use std::fmt;
 use std::hash::Hash;
 use std::ops::RangeBounds;
 use std::sync::Arc;
+
+/// The hash of the indexes: foldhash, from a seed chosen once per process
+/// and one of each map's own.
+pub(crate) type Hashing = foldhash::fast::RandomState;
 
 /// Values by key: `get` hashes, `iter` and `range` go in key order.
 pub struct KeyedMap<K, V> {
@@ -172,8 +174,9 @@ impl<K: Ord + Hash, V> FromIterator<(K, V)> for KeyedMap<K, V> {
 /// Encoded exactly as a `BTreeMap` of the same entries is.
 impl<K: Ord + Hash + Serialize, V: Serialize> Serialize for KeyedMap<K, V> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // With its length first, as postcard needs and a `BTreeMap` gives.
-        let mut map = serializer.serialize_map(Some(self.len()))?;
+        // With its length first, as postcard needs and a `BTreeMap` gives:
+        // the number of entries the walk below writes.
+        let mut map = serializer.serialize_map(Some(self.order.len()))?;
         for (key, value) in self.iter() {
             map.serialize_entry(key, value)?;
         }

@@ -11,16 +11,15 @@
 //! Bounds: at most [`RAFT_STREAM_BATCHES_IN_FLIGHT_MAX`] batches are sent
 //! and not yet answered, and the oldest of them must be answered within
 //! openraft's deadline for one request plus the time its size takes at
-//! [`REPLICATION_BYTES_PER_SEC_MIN`] (`network::ttl_for`), or the stream
-//! ends as unreachable (openraft then opens a new one). A stream with nothing in flight may stay
+//! [`REPLICATION_BYTES_PER_SEC_MIN`](crate::limits::REPLICATION_BYTES_PER_SEC_MIN)
+//! (`network::ttl_for`), or the stream ends as unreachable (openraft then
+//! opens a new one). A stream with nothing in flight may stay
 //! idle: the leader has nothing to send, and its heartbeats go on streams of
 //! their own.
 
 use super::codec::{self, Route};
 use super::network::{append_payload, network, status_error, ttl_for, unreachable};
 use crate::limits::RAFT_STREAM_BATCHES_IN_FLIGHT_MAX;
-#[cfg(doc)]
-use crate::limits::REPLICATION_BYTES_PER_SEC_MIN;
 use crate::node::contact::LeaderContact;
 use crate::node::Clock;
 use fusebox_proto::v1::RaftMessage;

@@ -158,7 +158,6 @@ impl Connection {
         Fut:
             Future<Output = Result<tonic::Response<fusebox_proto::v1::RaftMessage>, tonic::Status>>,
     {
-        let ttl = ttl_for(ttl, payload.len());
         let message = codec::message(&self.route, payload);
         let client = self.client()?;
         let mut request = tonic::Request::new(message);
@@ -196,21 +195,14 @@ impl Connection {
         let Some(first) = requests.next().await else {
             return Ok(Box::pin(futures::stream::empty()));
         };
-        // The follower may read the first batch before it answers.
-        let first_bytes: usize = first
-            .entries
-            .iter()
-            .map(|e| postcard::experimental::serialized_size(e).unwrap_or(0))
-            .sum();
-        let open_ttl = ttl_for(ttl, first_bytes.min(REPLICATION_BATCH_BYTES_MAX));
         let requests = futures::stream::iter([first]).chain(requests);
         let in_flight = InFlight::new();
         let outgoing = append_stream::outgoing(requests, self.route.clone(), in_flight.clone());
         let mut client = self.client()?;
-        let replies = match tokio::time::timeout(open_ttl, client.stream_append(outgoing)).await {
+        let replies = match tokio::time::timeout(ttl, client.stream_append(outgoing)).await {
             Err(_) => {
                 return Err(unreachable(format!(
-                    "{} opened no replication stream in {open_ttl:?}",
+                    "{} opened no replication stream in {ttl:?}",
                     self.addr
                 )))
             }
@@ -248,10 +240,16 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let (payload, cut_after) = append_payload(&rpc).map_err(network)?;
+        // The size's allowance may run past openraft's `hard_ttl`, where
+        // openraft 0.10.0-alpha.37 does not cancel an append (check again
+        // on upgrading it).
+        let ttl = ttl_for(option.soft_ttl(), payload.len());
         let response = self
-            .call_payload(payload, option.soft_ttl(), |mut c, m| async move {
-                c.append_entries(m).await
-            })
+            .call_payload(
+                payload,
+                ttl,
+                |mut c, m| async move { c.append_entries(m).await },
+            )
             .await?;
         // Anything but a higher vote: the peer follows this node as leader.
         if !matches!(response, AppendEntriesResponse::HigherVote(_)) {
@@ -396,13 +394,6 @@ impl Progress {
     }
 }
 
-/// `rpc` encoded as postcard encodes an [`AppendEntriesRequest`] (its
-/// fields in order, a sequence as its length then its items; the tests pin
-/// it), with the longest run of its entries that fits in
-/// [`REPLICATION_BATCH_BYTES_MAX`], never fewer than one (a proposal is
-/// bounded by [`crate::limits::ENTRY_BYTES_MAX`], well below it); when it
-/// cuts, also the log id of the last entry kept. Each entry is encoded
-/// once: the bytes that measured it are the bytes sent.
 /// The deadline of a message of `bytes`: openraft's `ttl`, plus the time
 /// its size takes at [`REPLICATION_BYTES_PER_SEC_MIN`].
 pub(super) fn ttl_for(ttl: Duration, bytes: usize) -> Duration {
@@ -411,6 +402,13 @@ pub(super) fn ttl_for(ttl: Duration, bytes: usize) -> Duration {
     ttl.saturating_add(Duration::from_millis(extra_ms))
 }
 
+/// `rpc` encoded as postcard encodes an [`AppendEntriesRequest`] (its
+/// fields in order, a sequence as its length then its items; the tests pin
+/// it), with the longest run of its entries that fits in
+/// [`REPLICATION_BATCH_BYTES_MAX`], never fewer than one (a proposal is
+/// bounded by [`crate::limits::ENTRY_BYTES_MAX`], well below it); when it
+/// cuts, also the log id of the last entry kept. Each entry is encoded
+/// once: the bytes that measured it are the bytes sent.
 pub(super) fn append_payload(
     rpc: &AppendEntriesRequest<TypeConfig>,
 ) -> Result<(Vec<u8>, Option<LogId>), postcard::Error> {
