@@ -132,6 +132,7 @@ pub fn run(options: &RunOptions) -> RunReport {
     // generator; every host runs on this thread.
     fastrand::seed(seed);
     fusebox_raft_store::run_inline();
+    fusebox_raft_store::skip_preallocation();
     if options.unsynced_appends {
         fusebox_raft_store::inject_unsynced_appends();
     }

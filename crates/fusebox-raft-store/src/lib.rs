@@ -96,7 +96,8 @@ with_rocksdb! {
     pub use ledger_store::RocksLedger;
     pub use log_store::{LogReader, LogStore};
     pub use rocks::{
-        blocking, inject_unsynced_appends, run_inline, save_fleet_every, witness_syncs,
+        blocking, inject_unsynced_appends, run_inline, save_fleet_every, skip_preallocation,
+        witness_syncs,
     };
     pub use snapshot_builder::StateSnapshotBuilder;
     pub use state_store::StateStore;

@@ -66,6 +66,16 @@ pub(crate) fn open_db(dir: &Path) -> Result<DB, StoreError> {
     options.set_wal_recovery_mode(DBRecoveryMode::TolerateCorruptedTailRecords);
     options.set_paranoid_checks(true);
     options.set_max_total_wal_size(WAL_BYTES_MAX);
+    if !preallocates() {
+        // rust-rocksdb has no setter for it; the string keeps every option
+        // set above.
+        options = options
+            .get_options_from_string("allow_fallocate=false")
+            .map_err(|source| StoreError::Open {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
     let families = COLUMN_FAMILIES.map(|name| {
         let mut cf_options = Options::default();
         cf_options.set_compression_type(DBCompressionType::Lz4);
@@ -115,6 +125,26 @@ thread_local! {
     static UNSYNCED_APPENDS: Cell<bool> = const { Cell::new(false) };
     /// Set by [`save_fleet_every`].
     static FLEET_CHECKPOINT_ENTRIES: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Cleared by [`skip_preallocation`].
+    static PREALLOCATE: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Makes the databases this thread opens from now on write their files
+/// without reserving space ahead (RocksDB's `allow_fallocate = false`).
+///
+/// For the deterministic simulation, whose files live in memory
+/// (`/dev/shm`): there RocksDB's reservation of each new WAL, table and
+/// MANIFEST file, and its truncation at close, allocate and free pages that
+/// are never written, an eighth of a seed's time. On a disk the
+/// reservation is cheap and saves block allocation on each synced append,
+/// so nodes keep it.
+pub fn skip_preallocation() {
+    PREALLOCATE.with(|p| p.set(false));
+}
+
+/// Whether databases opened on this thread reserve file space ahead.
+fn preallocates() -> bool {
+    PREALLOCATE.with(Cell::get)
 }
 
 /// Saves the fleet every `entries` applied entries (at least one) on this
@@ -222,5 +252,29 @@ mod tests {
         let written = options_written(dir.path());
         let cap = format!("max_total_wal_size={WAL_BYTES_MAX}\n");
         assert!(written.contains(&cap), "no `{}` in:\n{written}", cap.trim());
+        assert!(written.contains("allow_fallocate=true\n"), "{written}");
+    }
+
+    #[test]
+    fn a_thread_may_open_without_reserving_file_space() {
+        let dir = tempfile::TempDir::new().expect("temp dir");
+        std::thread::spawn({
+            let dir = dir.path().to_path_buf();
+            move || {
+                skip_preallocation();
+                drop(open_db(&dir).expect("open"));
+            }
+        })
+        .join()
+        .expect("the opening thread");
+        let written = options_written(dir.path());
+        assert!(written.contains("allow_fallocate=false\n"), "{written}");
+        // The options set before it are kept.
+        let cap = format!("max_total_wal_size={WAL_BYTES_MAX}\n");
+        assert!(written.contains(&cap), "no `{}` in:\n{written}", cap.trim());
+        assert!(
+            written.contains("wal_recovery_mode=kTolerateCorruptedTailRecords\n"),
+            "{written}"
+        );
     }
 }
