@@ -27,6 +27,7 @@ run() {
     "$FUSEBOX" bench --endpoints "$ENDPOINTS" "$@" 2>/dev/null
 }
 run outcomes --clients 16 --batch 100 --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS"
+run outcomes --clients 16 --batch 512 --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP" --metrics "$METRICS"
 run propagation --watchers 16 --rounds "$ROUNDS" --change force-open --metrics "$METRICS"
 run propagation --watchers 16 --rounds "$ROUNDS" --change trip --metrics "$METRICS"
 run propagation --watchers "$WATCHERS" --rounds "$ROUNDS" --change force-open --metrics "$METRICS"
