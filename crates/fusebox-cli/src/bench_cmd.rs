@@ -461,7 +461,7 @@ async fn begin_on(
 ) -> Result<pb::BeginResponse, tonic::Status> {
     let request = match transport {
         Transport::Pipeline => match session.ledger_pipeline().begin(request, CALL_TIMEOUT).await {
-            Sent::Answered(answer) => return answer,
+            Sent::Answered(answer) => return answer.map(tonic::Response::into_inner),
             Sent::Unsent(request) => request,
         },
         Transport::Unary => request,
@@ -483,7 +483,7 @@ async fn complete_on(
                 .complete(request, CALL_TIMEOUT)
                 .await
             {
-                Sent::Answered(answer) => return answer,
+                Sent::Answered(answer) => return answer.map(tonic::Response::into_inner),
                 Sent::Unsent(request) => request,
             }
         }

@@ -4,10 +4,14 @@
 //! Each of `--clients` workers is one replica: it sends batches of
 //! `--batch` outcomes (`ReportOutcomes`, as the SDK's flusher does), back to
 //! back, spread over `--tools` tools of one server, for `--seconds` after a
-//! `--warmup-seconds` that is not counted. Workers are spread over every
-//! endpoint given, each on its own connection, so a follower's share is
-//! forwarded to the leader as an agent's would be. Every outcome is a
-//! success, so no breaker trips and the load stays the same throughout.
+//! `--warmup-seconds` that is not counted. Workers start spread over every
+//! endpoint given, each with connections of its own, and then go where the
+//! SDK's reporter goes: to the leader a forwarded answer names (its
+//! `x-fusebox-leader` header), if that is one of the endpoints. With
+//! `--stay` each keeps to its first endpoint, so a follower forwards its
+//! share to the leader, as agents did before the SDK followed the leader.
+//! Every outcome is a success, so no breaker trips and the load stays the
+//! same throughout.
 //!
 //! The run prints outcomes per second, the batch's latency (p50, p99,
 //! max) and, when `--metrics` names the nodes' metrics listeners, the server
@@ -58,6 +62,10 @@ pub(crate) struct OutcomesBench {
     /// Namespace the outcomes go to.
     #[arg(long, default_value = "bench")]
     namespace: String,
+    /// Each replica keeps sending to the endpoint it started on, instead of
+    /// going to the leader a forwarded answer names (the SDK's way).
+    #[arg(long)]
+    stay: bool,
     /// The nodes' metrics listeners (`HOST:PORT,...`), for server CPU and
     /// WAL syncs per outcome.
     #[arg(long, value_delimiter = ',')]
@@ -100,12 +108,15 @@ pub(crate) async fn run(client: &ClientArgs, bench: OutcomesBench) -> anyhow::Re
     let done = Arc::new(AtomicU64::new(0));
     let outcomes = Arc::new(batch(&bench));
     let mut workers = tokio::task::JoinSet::new();
+    let addresses = Arc::new(client.endpoint_list());
     for w in 0..bench.clients {
-        // Its own connection, to the next endpoint in turn.
-        let mut sessions = client.lazy_sessions()?;
-        let session = sessions.swap_remove(w % sessions.len());
+        // Connections of its own, starting at the next endpoint in turn.
+        let sessions = client.lazy_sessions()?;
         let worker = Worker {
-            session,
+            at: w % sessions.len(),
+            sessions,
+            addresses: addresses.clone(),
+            stay: bench.stay,
             namespace: bench.namespace.clone(),
             replica: format!("bench-{run}-{w}"),
             outcomes: outcomes.clone(),
@@ -161,7 +172,14 @@ fn batch(bench: &OutcomesBench) -> Vec<pb::Outcome> {
 
 /// One replica's load.
 struct Worker {
-    session: Session,
+    /// One per endpoint, in the order given.
+    sessions: Vec<Session>,
+    /// The endpoints, as a leader's address is matched against them.
+    addresses: Arc<Vec<String>>,
+    /// The endpoint it sends to.
+    at: usize,
+    /// Whether it keeps to its first endpoint.
+    stay: bool,
     namespace: String,
     replica: String,
     outcomes: Arc<Vec<pb::Outcome>>,
@@ -171,24 +189,27 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self) -> Tally {
+    async fn run(mut self) -> Tally {
         let mut tally = Tally::default();
-        let mut breakers = self.session.breakers();
         let mut seq = 0u64;
         while Instant::now() < self.until {
             seq += 1;
+            let session = &self.sessions[self.at];
             let mut request = tonic::Request::new(pb::ReportOutcomesRequest {
                 namespace: self.namespace.clone(),
-                meta: self.session.meta(),
+                meta: session.meta(),
                 replica_id: self.replica.clone(),
                 batch_seq: seq,
                 outcomes: self.outcomes.to_vec(),
             });
             request.set_timeout(CALL_TIMEOUT);
             let began = Instant::now();
-            let answer = breakers.report_outcomes(request).await;
+            let answer = session.breakers().report_outcomes(request).await;
             let ended = Instant::now();
             let counted = self.measured_from <= ended && ended <= self.until;
+            if let (Ok(answer), false) = (&answer, self.stay) {
+                self.follow(answer.metadata());
+            }
             match answer {
                 Ok(answer) if counted => {
                     let accepted = u64::from(answer.into_inner().accepted);
@@ -211,6 +232,17 @@ impl Worker {
             }
         }
         tally
+    }
+
+    /// Goes to the endpoint a forwarded answer names as the leader, as the
+    /// SDK does; an answer that names none came from the leader itself.
+    fn follow(&mut self, metadata: &tonic::metadata::MetadataMap) {
+        let named = metadata
+            .get(fusebox_proto::LEADER_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if let Some(i) = named.and_then(|a| self.addresses.iter().position(|e| e == a)) {
+            self.at = i;
+        }
     }
 }
 
@@ -238,6 +270,7 @@ fn report(json: bool, bench: &OutcomesBench, mut tally: Tally, server: &Server) 
                 "clients": bench.clients,
                 "batch": bench.batch,
                 "tools": bench.tools,
+                "stay": bench.stay,
                 "seconds": bench.seconds,
                 "outcomes": tally.outcomes,
                 "batches": tally.batches,
@@ -251,8 +284,13 @@ fn report(json: bool, bench: &OutcomesBench, mut tally: Tally, server: &Server) 
         );
         return;
     }
+    let route = if bench.stay {
+        "each on its first endpoint"
+    } else {
+        "following the leader"
+    };
     outln!(
-        "outcome reports: {} replicas, batches of {} over {} tools, {} s",
+        "outcome reports: {} replicas ({route}), batches of {} over {} tools, {} s",
         bench.clients,
         bench.batch,
         bench.tools,
@@ -287,6 +325,7 @@ mod tests {
             seconds: 1,
             warmup_seconds: 0,
             namespace: "bench".into(),
+            stay: false,
             metrics: Vec::new(),
         }
     }

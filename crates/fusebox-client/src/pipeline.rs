@@ -5,7 +5,9 @@
 //! one stream open per node instead: calls made while earlier ones are on
 //! their way leave together in one message, and answers that finish
 //! together come back in one. Each call keeps its own deadline and gets
-//! exactly the answer, or the status, its unary call would have had.
+//! exactly the answer, or the status, its unary call would have had: a
+//! reply a follower got from the leader names it in the answer's
+//! [`LEADER_HEADER`], as a forwarded unary answer does.
 //!
 //! One task per open stream ("link") owns it: it takes queued calls,
 //! numbers them, sends them, and hands each reply to its caller. It keeps
@@ -29,6 +31,7 @@ use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::pipelined_call::Call;
 use fusebox_proto::v1::pipelined_reply::Result as Reply;
+use fusebox_proto::LEADER_HEADER;
 use prost::Message;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -38,6 +41,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -82,7 +86,7 @@ pub type Opener = Box<
 #[derive(Debug)]
 pub enum Sent<Req, Resp> {
     /// The node's answer, or the status its unary call would have had.
-    Answered(Result<Resp, Status>),
+    Answered(Result<Response<Resp>, Status>),
     /// The call never left: the node does not serve pipelines, or refused
     /// to open one. Send it unary (with the same message).
     Unsent(Req),
@@ -96,9 +100,15 @@ struct Queued {
 }
 
 enum Outcome {
-    Replied(Result<Reply, Status>),
+    Replied(Result<Replied, Status>),
     /// Handed back: the stream could not be opened.
     Unsent(Call),
+}
+
+/// A reply, and the leader it names if the node forwarded the call.
+struct Replied {
+    reply: Reply,
+    leader_address: String,
 }
 
 /// Ledger calls to one node over a stream, opened on first use.
@@ -147,9 +157,10 @@ impl LedgerPipeline {
         timeout: Duration,
     ) -> Sent<pb::BeginRequest, pb::BeginResponse> {
         match self.call(Call::Begin(request), timeout).await {
-            Outcome::Replied(Ok(Reply::Begin(answer))) => Sent::Answered(Ok(answer)),
-            Outcome::Replied(Ok(other)) => Sent::Answered(Err(wrong_reply(&other))),
-            Outcome::Replied(Err(status)) => Sent::Answered(Err(status)),
+            Outcome::Replied(replied) => Sent::Answered(answered(replied, |reply| match reply {
+                Reply::Begin(answer) => Ok(answer),
+                other => Err(wrong_reply(&other)),
+            })),
             Outcome::Unsent(Call::Begin(request)) => Sent::Unsent(request),
             Outcome::Unsent(Call::Complete(_)) => Sent::Answered(Err(Status::internal(
                 "a begin came back from the pipeline as a complete",
@@ -164,9 +175,10 @@ impl LedgerPipeline {
         timeout: Duration,
     ) -> Sent<pb::CompleteRequest, pb::CompleteResponse> {
         match self.call(Call::Complete(request), timeout).await {
-            Outcome::Replied(Ok(Reply::Complete(answer))) => Sent::Answered(Ok(answer)),
-            Outcome::Replied(Ok(other)) => Sent::Answered(Err(wrong_reply(&other))),
-            Outcome::Replied(Err(status)) => Sent::Answered(Err(status)),
+            Outcome::Replied(replied) => Sent::Answered(answered(replied, |reply| match reply {
+                Reply::Complete(answer) => Ok(answer),
+                other => Err(wrong_reply(&other)),
+            })),
             Outcome::Unsent(Call::Complete(request)) => Sent::Unsent(request),
             Outcome::Unsent(Call::Begin(_)) => Sent::Answered(Err(Status::internal(
                 "a complete came back from the pipeline as a begin",
@@ -293,7 +305,8 @@ async fn run_link(open: Arc<Opener>, mut queue: mpsc::Receiver<Queued>, state: A
                     unconfirmed = None;
                     for reply in message.replies {
                         if let Some(answer) = pending.remove(&reply.id) {
-                            let _ = answer.send(Outcome::Replied(reply_result(reply.result)));
+                            let replied = reply_result(reply.result, reply.leader_address);
+                            let _ = answer.send(Outcome::Replied(replied));
                         }
                     }
                     idle.as_mut().reset(Instant::now() + IDLE_CLOSE);
@@ -409,14 +422,37 @@ fn refuses_pipelines(code: Code) -> bool {
     )
 }
 
-fn reply_result(result: Option<Reply>) -> Result<Reply, Status> {
+fn reply_result(result: Option<Reply>, leader_address: String) -> Result<Replied, Status> {
     match result {
         Some(Reply::Error(status)) => Err(status_from_proto(status)),
-        Some(reply) => Ok(reply),
+        Some(reply) => Ok(Replied {
+            reply,
+            leader_address,
+        }),
         None => Err(Status::internal(
             "the node sent a pipelined reply without a result",
         )),
     }
+}
+
+/// A reply as its unary call's answer: `pick` takes the message of the kind
+/// asked for (a reply of another kind is an error), and a leader the reply
+/// names goes in [`LEADER_HEADER`].
+fn answered<Resp>(
+    replied: Result<Replied, Status>,
+    pick: impl FnOnce(Reply) -> Result<Resp, Status>,
+) -> Result<Response<Resp>, Status> {
+    let Replied {
+        reply,
+        leader_address,
+    } = replied?;
+    let mut response = Response::new(pick(reply)?);
+    if !leader_address.is_empty() {
+        if let Ok(value) = MetadataValue::try_from(leader_address.as_str()) {
+            response.metadata_mut().insert(LEADER_HEADER, value);
+        }
+    }
+    Ok(response)
 }
 
 fn wrong_reply(reply: &Reply) -> Status {

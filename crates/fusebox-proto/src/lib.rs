@@ -45,6 +45,13 @@ pub mod net;
 pub mod pipeline;
 pub mod tls;
 
+/// Response metadata a follower adds to an answer it got by forwarding the
+/// call to the leader: the leader's client address. A client that has that
+/// address on its list may send its next writes there, saving the hop; the
+/// leader's own answers carry no such header. Pipelined calls carry the
+/// same in `PipelinedReply.leader_address`.
+pub const LEADER_HEADER: &str = "x-fusebox-leader";
+
 /// Messages, enums, clients (`*_client`) and servers (`*_server`) of package
 /// `fusebox.v1`. Generated; the field documentation comes from the `.proto`
 /// comments.

@@ -1,5 +1,6 @@
 //! Leader forwarding over gRPC: a follower hands writes (and linearizable
-//! lookups) to the leader once, and refuses with NOT_LEADER when it cannot.
+//! lookups) to the leader once, names the leader in the answer, and refuses
+//! with NOT_LEADER when it cannot.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +9,11 @@ mod api_support;
 use api_support::{assert_status, detail, local, meta, start, within, Follower};
 use fusebox_proto::v1::begin_response::Outcome as Begun;
 use fusebox_proto::v1::fusebox_error_detail::Detail;
+use fusebox_proto::v1::pipelined_call::Call;
+use fusebox_proto::v1::pipelined_reply::Result as Reply;
 use fusebox_proto::v1::*;
+use fusebox_proto::LEADER_HEADER;
+use tonic::metadata::MetadataMap;
 use tonic::Code;
 
 const NS: &str = "fleet-f";
@@ -29,16 +34,21 @@ fn begin(key: &str) -> BeginRequest {
     }
 }
 
+/// The leader an answer names in its header.
+fn leader_named(metadata: &MetadataMap) -> Option<&str> {
+    metadata.get(LEADER_HEADER).and_then(|v| v.to_str().ok())
+}
+
 #[tokio::test]
 async fn a_follower_forwards_writes_and_lookups_to_the_leader() {
     let (_, leader) = local().await;
-    let ledger_leader = Follower::pointing_at(Some(leader.addrs.ledger.to_string()));
+    let ledger_at = leader.addrs.ledger.to_string();
+    let ledger_leader = Follower::pointing_at(Some(ledger_at.clone()));
     let mut via_follower = start(ledger_leader).await.ledger;
 
-    let begun = within(via_follower.begin(begin("fwd-1")))
-        .await
-        .unwrap()
-        .into_inner();
+    let begun = within(via_follower.begin(begin("fwd-1"))).await.unwrap();
+    assert_eq!(leader_named(begun.metadata()), Some(ledger_at.as_str()));
+    let begun = begun.into_inner();
     assert!(matches!(begun.outcome, Some(Begun::Started(_))));
 
     let mut direct = leader.ledger;
@@ -47,25 +57,48 @@ async fn a_follower_forwards_writes_and_lookups_to_the_leader() {
         meta: meta(),
         key: "fwd-1".into(),
     };
-    let on_leader = within(direct.lookup(lookup.clone()))
-        .await
-        .unwrap()
-        .into_inner();
+    let on_leader = within(direct.lookup(lookup.clone())).await.unwrap();
     assert_eq!(
-        on_leader.record.unwrap().status,
+        leader_named(on_leader.metadata()),
+        None,
+        "the leader's own answer names no one"
+    );
+    assert_eq!(
+        on_leader.into_inner().record.unwrap().status,
         LedgerStatus::InProgress as i32
     );
-    let through = within(via_follower.lookup(lookup))
-        .await
-        .unwrap()
-        .into_inner();
+    let through = within(via_follower.lookup(lookup)).await.unwrap();
+    assert_eq!(leader_named(through.metadata()), Some(ledger_at.as_str()));
+    let through = through.into_inner();
     assert_eq!(
         through.record.unwrap().key,
         "fwd-1",
         "linearizable reads go to the leader"
     );
 
-    let breakers_leader = Follower::pointing_at(Some(leader.addrs.breakers.to_string()));
+    // A pipelined call the follower forwards names the leader in its reply.
+    let (calls, sent) = tokio::sync::mpsc::channel(1);
+    let mut replies =
+        within(via_follower.pipeline(tokio_stream::wrappers::ReceiverStream::new(sent)))
+            .await
+            .unwrap()
+            .into_inner();
+    let call = PipelinedCall {
+        id: 1,
+        timeout_ms: 5_000,
+        call: Some(Call::Begin(begin("fwd-2"))),
+    };
+    calls
+        .send(PipelineRequest { calls: vec![call] })
+        .await
+        .unwrap();
+    let got = within(replies.message()).await.unwrap().unwrap();
+    let reply = &got.replies[0];
+    assert!(matches!(reply.result, Some(Reply::Begin(_))), "{reply:?}");
+    assert_eq!(reply.leader_address, ledger_at);
+
+    let breakers_at = leader.addrs.breakers.to_string();
+    let breakers_leader = Follower::pointing_at(Some(breakers_at.clone()));
     let mut breakers = start(breakers_leader).await.breakers;
     let report = ReportOutcomesRequest {
         namespace: NS.into(),
@@ -79,11 +112,9 @@ async fn a_follower_forwards_writes_and_lookups_to_the_leader() {
             ..Default::default()
         }],
     };
-    let taken = within(breakers.report_outcomes(report))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(taken.accepted, 1);
+    let taken = within(breakers.report_outcomes(report)).await.unwrap();
+    assert_eq!(leader_named(taken.metadata()), Some(breakers_at.as_str()));
+    assert_eq!(taken.into_inner().accepted, 1);
 }
 
 #[tokio::test]

@@ -394,12 +394,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     message: "stale".into(),
                     details: vec![1, 2],
                 })),
+                leader_address: String::new(),
             },
             pb::PipelinedReply {
                 id: 2,
                 result: Some(pb::pipelined_reply::Result::Complete(
                     pb::CompleteResponse::default(),
                 )),
+                leader_address: "10.0.0.2:7100".into(),
             },
         ],
     }

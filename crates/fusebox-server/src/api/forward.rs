@@ -6,7 +6,8 @@
 //! leader's answer (or its status) unchanged. The forwarded request carries
 //! [`FORWARDED_HEADER`], and a request that already carries it is never
 //! forwarded again: during an election two nodes could otherwise bounce a
-//! request between them. Every forwarded call has a deadline (the caller's
+//! request between them. The answer names the leader in
+//! [`LEADER_HEADER`], so a client can go there itself next time. Every forwarded call has a deadline (the caller's
 //! `grpc-timeout`, else [`FORWARD_TIMEOUT_DEFAULT_MS`] or the default a slow
 //! RPC names, at most [`FORWARD_TIMEOUT_MAX_MS`]); channels are cached per
 //! address, at most [`FORWARD_CHANNELS_MAX`] of them. One forwarder serves
@@ -20,6 +21,7 @@ use crate::limits::{
 };
 use fusebox_proto::net::Net;
 use fusebox_proto::tls::TlsConnector;
+use fusebox_proto::LEADER_HEADER;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -147,7 +149,9 @@ impl Forwarder {
         let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
         tracing::debug!(leader = %addr, deadline_ms, "forwarding request to the leader");
         match tokio::time::timeout(deadline, call(channel, outgoing)).await {
-            Ok(answer) => answer.map_err(|status| leader_failure(status, &addr)),
+            Ok(answer) => answer
+                .map(|response| naming_leader(response, &addr))
+                .map_err(|status| leader_failure(status, &addr)),
             Err(_) => Err(Status::new(
                 Code::Unavailable,
                 format!(
@@ -208,6 +212,16 @@ fn outgoing_request<Req>(request: Request<Req>, deadline: Duration) -> Request<R
     let mut outgoing = Request::from_parts(metadata, Default::default(), message);
     outgoing.set_timeout(deadline);
     outgoing
+}
+
+/// The leader's answer, naming the leader in [`LEADER_HEADER`] so that the
+/// caller can send its next writes there itself. An address that cannot be
+/// a header value is left out: the caller then keeps coming here.
+fn naming_leader<Resp>(mut response: Response<Resp>, addr: &str) -> Response<Resp> {
+    if let Ok(value) = MetadataValue::try_from(addr) {
+        response.metadata_mut().insert(LEADER_HEADER, value);
+    }
+    response
 }
 
 /// A failure of the forwarding hop itself (cannot connect) is said to be
@@ -309,6 +323,16 @@ mod tests {
         assert!(Forwarder::was_forwarded(out.metadata()));
         assert!(out.metadata().get("user-agent").is_none());
         assert!(out.metadata().get("x-trace").is_some());
+    }
+
+    #[test]
+    fn a_forwarded_answer_names_the_leader_when_it_can() {
+        let named = naming_leader(Response::new(()), "10.0.0.7:7100");
+        let header = named.metadata().get(LEADER_HEADER).map(|v| v.to_str().ok());
+        assert_eq!(header, Some(Some("10.0.0.7:7100")));
+        // Not a header value: left out, not sent garbled.
+        let unnamed = naming_leader(Response::new(()), "bad\naddress");
+        assert!(unnamed.metadata().get(LEADER_HEADER).is_none());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! Each call is handled by the unary handler it stands for, with the
 //! stream's metadata and a deadline of its own, and admitted by its own
 //! rule against the auth table current when it arrives ([`Readmit`]); a
-//! follower forwards it to the leader as that handler does. One task per
+//! follower forwards it to the leader as that handler does, and its reply
+//! names the leader (`leader_address`) as the forwarded unary answer's
+//! header would. One task per
 //! pipeline ("pump") reads calls, runs them, and sends replies through a
 //! bounded channel. It runs at most [`CALLS_IN_FLIGHT_MAX`] calls at once
 //! and reads nothing more until some finish; a client that stops reading
@@ -34,6 +36,7 @@ use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_server::Ledger;
 use fusebox_proto::v1::pipelined_call::Call;
 use fusebox_proto::v1::pipelined_reply::Result as Reply;
+use fusebox_proto::LEADER_HEADER;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use prost::Message;
@@ -42,7 +45,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataMap;
-use tonic::{Request, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 /// Reply messages a pipeline's channel holds before its pump waits.
 const REPLY_MESSAGES_BUFFERED: usize = 16;
@@ -182,46 +185,50 @@ impl<B: Backend> Pipeline<B> {
         call: pb::PipelinedCall,
         permit: Option<OwnedSemaphorePermit>,
     ) -> pb::PipelinedReply {
-        let result = match permit {
+        let (result, leader_address) = match permit {
             Some(_held_until_answered) => self.answer_within(call.call, call.timeout_ms).await,
             None => {
                 let full = BackendError::LimitReached {
                     limit: "pipelined_calls_max",
                     max: PIPELINED_CALLS_MAX,
                 };
-                Reply::Error(status_to_proto(&super::status::from_backend(&full)))
+                let status = super::status::from_backend(&full);
+                (Reply::Error(status_to_proto(&status)), String::new())
             }
         };
         pb::PipelinedReply {
             id: call.id,
             result: Some(result),
+            leader_address,
         }
     }
 
-    /// `call` within `timeout_ms` (0: the node's own deadline on a call).
-    async fn answer_within(&self, call: Option<Call>, timeout_ms: u32) -> Reply {
+    /// `call` within `timeout_ms` (0: the node's own deadline on a call),
+    /// with the leader's address when this node forwarded it there.
+    async fn answer_within(&self, call: Option<Call>, timeout_ms: u32) -> (Reply, String) {
         let limit = Duration::from_millis(GRPC_REQUEST_TIMEOUT_MS);
         // As a unary call without `grpc-timeout` when none is asked: the
         // node's deadline on the handler, and none passed on when
         // forwarding (the hop's default applies).
         let asked = (timeout_ms > 0).then(|| Duration::from_millis(u64::from(timeout_ms)));
         let deadline = asked.map_or(limit, |asked| asked.min(limit));
-        match tokio::time::timeout(deadline, self.answer(call, asked)).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(status)) => Reply::Error(status_to_proto(&status)),
-            Err(_) => Reply::Error(status_to_proto(&Status::deadline_exceeded(format!(
+        let status = match tokio::time::timeout(deadline, self.answer(call, asked)).await {
+            Ok(Ok(answer)) => return answer,
+            Ok(Err(status)) => status,
+            Err(_) => Status::deadline_exceeded(format!(
                 "the call's deadline of {} ms passed; the outcome is unknown, look the key \
                  up before repeating a write",
                 deadline.as_millis()
-            )))),
-        }
+            )),
+        };
+        (Reply::Error(status_to_proto(&status)), String::new())
     }
 
     async fn answer(
         &self,
         call: Option<Call>,
         deadline: Option<Duration>,
-    ) -> Result<Reply, Status> {
+    ) -> Result<(Reply, String), Status> {
         // Admitted before anything else, an empty call too: every call
         // counts against its caller's rate.
         let path = match &call {
@@ -236,12 +243,14 @@ impl<B: Backend> Pipeline<B> {
             Some(Call::Begin(begin)) => {
                 let request = self.request(caller, begin, deadline);
                 let answer = self.service.begin(request).await?;
-                Ok(Reply::Begin(answer.into_inner()))
+                let leader = leader_named(&answer);
+                Ok((Reply::Begin(answer.into_inner()), leader))
             }
             Some(Call::Complete(complete)) => {
                 let request = self.request(caller, complete, deadline);
                 let answer = self.service.complete(request).await?;
-                Ok(Reply::Complete(answer.into_inner()))
+                let leader = leader_named(&answer);
+                Ok((Reply::Complete(answer.into_inner()), leader))
             }
             None => Err(Status::invalid_argument(
                 "a pipelined call must set `begin` or `complete`",
@@ -267,6 +276,16 @@ impl<B: Backend> Pipeline<B> {
         }
         request
     }
+}
+
+/// The leader a forwarded answer names ([`LEADER_HEADER`]), or nothing.
+fn leader_named<T>(answer: &Response<T>) -> String {
+    answer
+        .metadata()
+        .get(LEADER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// `first` and every other reply already finished, up to a message's
