@@ -356,8 +356,11 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
 
-    fn endpoints() -> Endpoints {
-        let addresses = ["127.0.0.1:1".to_owned(), "127.0.0.1:2".to_owned()];
+    /// `count` nodes, 127.0.0.1:1 onwards (nothing listens there).
+    fn endpoints(count: u16) -> Endpoints {
+        let addresses: Vec<String> = (1..=count)
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
         Endpoints::new(
             &addresses,
             Duration::from_millis(100),
@@ -390,18 +393,6 @@ mod tests {
         (answer, tries.load(Ordering::Relaxed))
     }
 
-    fn three_endpoints() -> Endpoints {
-        let addresses: Vec<String> = (1..=3).map(|port| format!("127.0.0.1:{port}")).collect();
-        Endpoints::new(
-            &addresses,
-            Duration::from_millis(100),
-            &Net::Tcp,
-            None,
-            None,
-        )
-        .expect("endpoints")
-    }
-
     /// One call, answered `7` by the first node tried, its header naming
     /// `leader` if given; returns the node the call started at.
     async fn answered_by(endpoints: &Endpoints, leader: Option<&'static str>) -> usize {
@@ -422,7 +413,7 @@ mod tests {
 
     #[tokio::test]
     async fn calls_go_to_the_leader_a_forwarded_answer_names() {
-        let endpoints = three_endpoints();
+        let endpoints = endpoints(3);
         let own = endpoints.preferred.load(Ordering::Relaxed);
         // No leader known yet: the replica's own node.
         assert_eq!(answered_by(&endpoints, Some("127.0.0.1:3")).await, own);
@@ -438,7 +429,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_not_leader_answer_sends_this_call_and_later_ones_to_the_leader() {
-        let endpoints = three_endpoints();
+        let endpoints = endpoints(3);
         let detail = FuseboxErrorDetail {
             detail: Some(Detail::NotLeader(pb::NotLeaderDetail {
                 leader_id: Some(2),
@@ -472,7 +463,7 @@ mod tests {
     #[tokio::test]
     async fn an_election_is_waited_out_within_the_deadline() {
         // Five refusals: more than two rounds of the two nodes.
-        let (answer, tries) = call_refused(&endpoints(), 5, Duration::from_secs(5)).await;
+        let (answer, tries) = call_refused(&endpoints(2), 5, Duration::from_secs(5)).await;
         assert_eq!(answer.expect("answered after the election"), 7);
         assert_eq!(tries, 6);
     }
@@ -481,7 +472,7 @@ mod tests {
     async fn refusals_end_at_the_deadline_or_the_bound_on_tries() {
         let started = Instant::now();
         let deadline = Duration::from_millis(300);
-        let (answer, tries) = call_refused(&endpoints(), u32::MAX, deadline).await;
+        let (answer, tries) = call_refused(&endpoints(2), u32::MAX, deadline).await;
         assert!(
             matches!(answer, Err(ClientError::ClusterUnavailable { .. })),
             "{answer:?}"
