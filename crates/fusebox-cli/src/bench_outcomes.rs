@@ -7,7 +7,9 @@
 //! `--warmup-seconds` that is not counted. Workers start spread over every
 //! endpoint given, each with connections of its own, and then go where the
 //! SDK's reporter goes: to the leader a forwarded answer names (its
-//! `x-fusebox-leader` header), if that is one of the endpoints. With
+//! `x-fusebox-leader` header), if that is one of the endpoints. (Unlike the
+//! SDK, a worker neither follows NOT_LEADER hints nor leaves a node that
+//! fails it: the bench expects a healthy cluster.) With
 //! `--stay` each keeps to its first endpoint, so a follower forwards its
 //! share to the leader, as agents did before the SDK followed the leader.
 //! Every outcome is a success, so no breaker trips and the load stays the
@@ -27,6 +29,7 @@ use crate::out::outln;
 use anyhow::Context as _;
 use clap::Args;
 use fusebox_proto::v1 as pb;
+use fusebox_proto::{leader_named, without_scheme};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -237,13 +240,17 @@ impl Worker {
     /// Goes to the endpoint a forwarded answer names as the leader, as the
     /// SDK does; an answer that names none came from the leader itself.
     fn follow(&mut self, metadata: &tonic::metadata::MetadataMap) {
-        let named = metadata
-            .get(fusebox_proto::LEADER_HEADER)
-            .and_then(|v| v.to_str().ok());
-        if let Some(i) = named.and_then(|a| self.addresses.iter().position(|e| e == a)) {
+        if let Some(i) = named_endpoint(&self.addresses, metadata) {
             self.at = i;
         }
     }
+}
+
+/// The endpoint of `addresses` an answer names as the leader, a scheme in
+/// front or not.
+fn named_endpoint(addresses: &[String], metadata: &tonic::metadata::MetadataMap) -> Option<usize> {
+    let named = without_scheme(leader_named(metadata)?);
+    addresses.iter().position(|a| without_scheme(a) == named)
 }
 
 fn report(json: bool, bench: &OutcomesBench, mut tally: Tally, server: &Server) {
@@ -328,6 +335,19 @@ mod tests {
             stay: false,
             metrics: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_worker_follows_a_listed_leader_only() {
+        let addresses = ["127.0.0.1:7101".to_owned(), "127.0.0.1:7102".to_owned()];
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        assert_eq!(named_endpoint(&addresses, &metadata), None);
+        fusebox_proto::name_leader(&mut metadata, "127.0.0.1:7102");
+        assert_eq!(named_endpoint(&addresses, &metadata), Some(1));
+        fusebox_proto::name_leader(&mut metadata, "http://127.0.0.1:7101");
+        assert_eq!(named_endpoint(&addresses, &metadata), Some(0));
+        fusebox_proto::name_leader(&mut metadata, "fusebox-1.internal:7100");
+        assert_eq!(named_endpoint(&addresses, &metadata), None);
     }
 
     #[test]

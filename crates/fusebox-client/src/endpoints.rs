@@ -6,11 +6,14 @@
 //! saved is CPU and latency saved on every write. Calls (writes and
 //! linearizable reads, which a follower forwards too) go to the node last
 //! known to lead: the one a forwarded answer names in its
-//! [`LEADER_HEADER`], else the one that answered without forwarding. Until
+//! [`LEADER_HEADER`](fusebox_proto::LEADER_HEADER), else the one that answered without forwarding. Until
 //! one is known, or when the named leader is not on this client's list,
 //! they go to the replica's own node, as the watch stream does. A call moves
 //! on when a node is UNAVAILABLE, and jumps to the leader when a node says
-//! NOT_LEADER and names one on the list. When every node has said
+//! NOT_LEADER and names one on the list. A leader that fails a call
+//! (UNAVAILABLE without a hint, or no answer in time) is left, and not
+//! taken up again for [`LEFT_LEADER_HOLD_OFF`]: calls go to the replica's
+//! own node meanwhile, whose forwarding works whichever node leads. When every node has said
 //! UNAVAILABLE (an election), it pauses and goes round again rather than
 //! giving up while the deadline allows. Every call has a deadline: each try
 //! gets what is left of it, and the server learns it through
@@ -25,10 +28,10 @@ use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::fusebox_error_detail::Detail;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::FuseboxErrorDetail;
-use fusebox_proto::LEADER_HEADER;
+use fusebox_proto::{leader_named, without_scheme};
 use prost::Message;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
@@ -43,6 +46,10 @@ pub(crate) const TRIES_MAX: usize = 64;
 
 /// [`Endpoints::leader`] when no listed node is known to lead.
 const NO_LEADER: usize = usize::MAX;
+/// How long calls keep away from a leader that failed one: long enough for
+/// an election and a restart, short enough that a leader back at work is
+/// soon used again.
+pub(crate) const LEFT_LEADER_HOLD_OFF: Duration = Duration::from_secs(10);
 
 /// One lazily connected channel per node, and a ledger pipeline over it.
 #[derive(Debug)]
@@ -53,6 +60,11 @@ pub(crate) struct Endpoints {
     preferred: AtomicUsize,
     /// The listed node last known to lead, or [`NO_LEADER`].
     leader: AtomicUsize,
+    /// The leader calls last left because it failed one, and until when
+    /// (ms after `born`) they keep away from it.
+    left: AtomicUsize,
+    left_until_ms: AtomicU64,
+    born: Instant,
     bearer: Bearer,
 }
 
@@ -177,6 +189,9 @@ impl Endpoints {
             pipelines,
             preferred: AtomicUsize::new(first),
             leader: AtomicUsize::new(NO_LEADER),
+            left: AtomicUsize::new(NO_LEADER),
+            left_until_ms: AtomicU64::new(0),
+            born: Instant::now(),
             bearer,
         })
     }
@@ -203,19 +218,47 @@ impl Endpoints {
     }
 
     /// Learns the leader from the answer node `index` gave: the listed node
-    /// its [`LEADER_HEADER`] names, else `index` itself (it answered without
-    /// forwarding). A leader named but not listed (this client knows the
-    /// nodes by other names) leaves calls on the preferred node.
+    /// its [`LEADER_HEADER`](fusebox_proto::LEADER_HEADER) names, else
+    /// `index` itself (it answered without forwarding). A leader named but
+    /// not listed (this client knows the nodes by other names), or one left
+    /// within [`LEFT_LEADER_HOLD_OFF`], leaves calls on the preferred node.
     fn learn_leader<T>(&self, index: usize, response: &Response<T>) {
-        let leader = match response.metadata().get(LEADER_HEADER) {
-            Some(named) => named
-                .to_str()
-                .ok()
-                .and_then(|address| self.index_of(address))
-                .unwrap_or(NO_LEADER),
+        let leader = match leader_named(response.metadata()) {
+            Some(address) => self.index_of(address).unwrap_or(NO_LEADER),
             None => index,
         };
-        self.leader.store(leader, Ordering::Relaxed);
+        let leader = if self.keeps_away_from(leader) {
+            NO_LEADER
+        } else {
+            leader
+        };
+        if self.leader.load(Ordering::Relaxed) != leader {
+            self.leader.store(leader, Ordering::Relaxed);
+        }
+    }
+
+    /// Calls stop going to `index` if they went there: it failed one.
+    fn leave_leader(&self, index: usize) {
+        let left =
+            self.leader
+                .compare_exchange(index, NO_LEADER, Ordering::Relaxed, Ordering::Relaxed);
+        if left.is_ok() {
+            let until = self.now_ms() + LEFT_LEADER_HOLD_OFF.as_millis() as u64;
+            self.left.store(index, Ordering::Relaxed);
+            self.left_until_ms.store(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `index` is the leader calls left less than
+    /// [`LEFT_LEADER_HOLD_OFF`] ago.
+    fn keeps_away_from(&self, index: usize) -> bool {
+        index != NO_LEADER
+            && self.left.load(Ordering::Relaxed) == index
+            && self.now_ms() < self.left_until_ms.load(Ordering::Relaxed)
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// A request carrying this client's token.
@@ -225,13 +268,18 @@ impl Endpoints {
         request
     }
 
-    /// Remembers the node that answered.
+    /// Remembers the node the watch stream reached, where calls also go
+    /// while no leader is known.
     pub(crate) fn prefer(&self, index: usize) {
         self.preferred.store(index, Ordering::Relaxed);
     }
 
+    /// The listed node at `address`, a scheme in front or not.
     fn index_of(&self, address: &str) -> Option<usize> {
-        self.nodes.iter().position(|(a, _)| a == address)
+        let address = without_scheme(address);
+        self.nodes
+            .iter()
+            .position(|(a, _)| without_scheme(a) == address)
     }
 
     /// Calls `f` on one node after another until one answers, within
@@ -302,7 +350,10 @@ impl Endpoints {
                             self.leader.store(leader, Ordering::Relaxed);
                             (first, offset) = (leader, 0);
                         }
-                        None => offset += 1,
+                        None => {
+                            self.leave_leader(index);
+                            offset += 1;
+                        }
                     }
                     // Every node said no (an election, a leader that lost
                     // its quorum): wait a little, then go round again, until
@@ -317,6 +368,7 @@ impl Endpoints {
                 }
                 Ok(Err(status)) => return Err(refused(operation, &status)),
                 Err(_) => {
+                    self.leave_leader(index);
                     last = format!("{address}: no answer within {} ms", left.as_millis());
                     break;
                 }
@@ -393,71 +445,153 @@ mod tests {
         (answer, tries.load(Ordering::Relaxed))
     }
 
-    /// One call, answered `7` by the first node tried, its header naming
-    /// `leader` if given; returns the node the call started at.
-    async fn answered_by(endpoints: &Endpoints, leader: Option<&'static str>) -> usize {
-        let first = endpoints.first_for_calls();
-        let answer = endpoints
-            .call("test", Duration::from_secs(1), (), |_, _| async move {
-                let mut response = Response::new(7);
-                if let Some(leader) = leader {
-                    let value = leader.parse().expect("a header value");
-                    response.metadata_mut().insert(LEADER_HEADER, value);
-                }
-                Ok(response)
+    /// [`endpoints`], the replica's own node the first.
+    fn own_first(count: u16) -> Endpoints {
+        let endpoints = endpoints(count);
+        endpoints.prefer(0);
+        endpoints
+    }
+
+    /// One call; `answer` answers each try, given the node it reached.
+    /// Returns the call's result and the nodes its tries reached, in order.
+    async fn tries(
+        endpoints: &Endpoints,
+        mut answer: impl FnMut(usize) -> Result<Response<u32>, Status>,
+    ) -> (Result<u32, ClientError>, Vec<usize>) {
+        let reached = std::sync::Mutex::new(Vec::new());
+        let result = endpoints
+            .call_with("test", Duration::from_secs(1), (), |node, _| {
+                let index = endpoints
+                    .pipelines
+                    .iter()
+                    .position(|p| std::ptr::eq(p, node.pipeline))
+                    .expect("a listed node");
+                reached.lock().unwrap().push(index);
+                let answered = answer(index);
+                async move { answered }
             })
             .await;
-        assert_eq!(answer.expect("answered"), 7);
-        first
+        (result, reached.into_inner().unwrap())
+    }
+
+    /// An answer, naming `leader` as a forwarded one does.
+    fn naming(leader: Option<&str>) -> Result<Response<u32>, Status> {
+        let mut response = Response::new(7);
+        if let Some(leader) = leader {
+            fusebox_proto::name_leader(response.metadata_mut(), leader);
+        }
+        Ok(response)
+    }
+
+    /// The nodes one call reached, every try answered with `answer`.
+    async fn reached(endpoints: &Endpoints, answer: Result<Response<u32>, Status>) -> Vec<usize> {
+        let (result, reached) = tries(endpoints, |_| match &answer {
+            Ok(r) => {
+                let mut response = Response::new(*r.get_ref());
+                *response.metadata_mut() = r.metadata().clone();
+                Ok(response)
+            }
+            Err(status) => Err(status.clone()),
+        })
+        .await;
+        result.expect("answered");
+        reached
     }
 
     #[tokio::test]
     async fn calls_go_to_the_leader_a_forwarded_answer_names() {
-        let endpoints = endpoints(3);
-        let own = endpoints.preferred.load(Ordering::Relaxed);
-        // No leader known yet: the replica's own node.
-        assert_eq!(answered_by(&endpoints, Some("127.0.0.1:3")).await, own);
-        // That node forwarded and named node 3: calls go there now, and
-        // the watch stream's node does not move.
-        assert_eq!(answered_by(&endpoints, None).await, 2);
-        assert_eq!(endpoints.first_for_calls(), 2);
-        assert_eq!(endpoints.preferred.load(Ordering::Relaxed), own);
+        let endpoints = own_first(3);
+        // No leader known yet: the replica's own node, which forwards and
+        // names node 3.
+        assert_eq!(reached(&endpoints, naming(Some("127.0.0.1:3"))).await, [0]);
+        // The next calls go to node 3, which answers itself; the watch
+        // stream's node does not move.
+        assert_eq!(reached(&endpoints, naming(None)).await, [2]);
+        assert_eq!(reached(&endpoints, naming(None)).await, [2]);
+        assert_eq!(endpoints.preferred.load(Ordering::Relaxed), 0);
+        // Named with a scheme in front: the same node.
+        assert_eq!(
+            reached(&endpoints, naming(Some("http://127.0.0.1:2"))).await,
+            [2]
+        );
+        assert_eq!(reached(&endpoints, naming(None)).await, [1]);
         // A leader this client knows by no listed name: back to its own node.
-        answered_by(&endpoints, Some("fusebox-2.internal:7100")).await;
-        assert_eq!(endpoints.first_for_calls(), own);
+        reached(&endpoints, naming(Some("fusebox-2.internal:7100"))).await;
+        assert_eq!(reached(&endpoints, naming(None)).await, [0]);
     }
 
     #[tokio::test]
     async fn a_not_leader_answer_sends_this_call_and_later_ones_to_the_leader() {
-        let endpoints = endpoints(3);
+        let endpoints = own_first(3);
         let detail = FuseboxErrorDetail {
             detail: Some(Detail::NotLeader(pb::NotLeaderDetail {
-                leader_id: Some(2),
-                leader_address: Some("127.0.0.1:2".to_owned()),
+                leader_id: Some(3),
+                leader_address: Some("127.0.0.1:3".to_owned()),
             })),
             ..FuseboxErrorDetail::default()
         };
-        let tries = AtomicU32::new(0);
-        let answer = endpoints
-            .call("test", Duration::from_secs(1), (), |_, _| {
-                let n = tries.fetch_add(1, Ordering::Relaxed);
-                let details = detail.encode_to_vec();
-                async move {
-                    if n == 0 {
-                        Err(Status::with_details(
-                            Code::Unavailable,
-                            "not the leader",
-                            details.into(),
-                        ))
-                    } else {
-                        Ok(Response::new(7))
-                    }
-                }
+        let not_leader = Status::with_details(
+            Code::Unavailable,
+            "not the leader",
+            detail.encode_to_vec().into(),
+        );
+        let (result, reached_first) = tries(&endpoints, |index| match index {
+            0 => Err(not_leader.clone()),
+            _ => naming(None),
+        })
+        .await;
+        assert_eq!(result.expect("answered by the leader"), 7);
+        // Straight to the node named, not the next in turn.
+        assert_eq!(reached_first, [0, 2]);
+        assert_eq!(reached(&endpoints, naming(None)).await, [2]);
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_fails_a_call_is_left_for_a_while() {
+        let endpoints = own_first(3);
+        reached(&endpoints, naming(Some("127.0.0.1:3"))).await;
+        // The leader is unavailable: the call goes on to the next node,
+        // which names the same leader.
+        let (result, reached_first) = tries(&endpoints, |index| match index {
+            2 => Err(Status::unavailable("connection refused")),
+            _ => naming(Some("127.0.0.1:3")),
+        })
+        .await;
+        assert_eq!(result.expect("answered by the next node"), 7);
+        assert_eq!(reached_first, [2, 0]);
+        // Calls keep away from it, answers naming it notwithstanding...
+        assert_eq!(reached(&endpoints, naming(Some("127.0.0.1:3"))).await, [0]);
+        assert_eq!(reached(&endpoints, naming(Some("127.0.0.1:3"))).await, [0]);
+        // ...but not from another leader...
+        reached(&endpoints, naming(Some("127.0.0.1:2"))).await;
+        assert_eq!(reached(&endpoints, naming(None)).await, [1]);
+        // ...and once the hold-off has passed, it is taken up again.
+        endpoints.left_until_ms.store(0, Ordering::Relaxed);
+        reached(&endpoints, naming(Some("127.0.0.1:3"))).await;
+        assert_eq!(reached(&endpoints, naming(None)).await, [2]);
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_does_not_answer_in_time_is_left() {
+        let endpoints = own_first(3);
+        reached(&endpoints, naming(Some("127.0.0.1:3"))).await;
+        let reached_first = std::sync::Mutex::new(Vec::new());
+        let result: Result<u32, _> = endpoints
+            .call_with("test", Duration::from_millis(50), (), |node, _| {
+                let index = endpoints
+                    .pipelines
+                    .iter()
+                    .position(|p| std::ptr::eq(p, node.pipeline));
+                reached_first.lock().unwrap().push(index);
+                std::future::pending()
             })
             .await;
-        assert_eq!(answer.expect("answered by the leader"), 7);
-        assert_eq!(tries.load(Ordering::Relaxed), 2);
-        assert_eq!(endpoints.first_for_calls(), 1);
+        assert!(
+            matches!(result, Err(ClientError::ClusterUnavailable { .. })),
+            "{result:?}"
+        );
+        assert_eq!(reached_first.into_inner().unwrap(), [Some(2)]);
+        assert_eq!(reached(&endpoints, naming(None)).await, [0]);
     }
 
     #[tokio::test]

@@ -7,7 +7,8 @@
 //! together come back in one. Each call keeps its own deadline and gets
 //! exactly the answer, or the status, its unary call would have had: a
 //! reply a follower got from the leader names it in the answer's
-//! [`LEADER_HEADER`], as a forwarded unary answer does.
+//! [`LEADER_HEADER`](fusebox_proto::LEADER_HEADER), as a forwarded unary
+//! answer does.
 //!
 //! One task per open stream ("link") owns it: it takes queued calls,
 //! numbers them, sends them, and hands each reply to its caller. It keeps
@@ -24,6 +25,7 @@
 //! next [`UNARY_AFTER_REFUSAL`].
 
 use fusebox_proto::bearer::Bearer;
+use fusebox_proto::name_leader;
 use fusebox_proto::pipeline::{
     status_from_proto, CALLS_IN_FLIGHT_MAX, CALLS_PER_MESSAGE_MAX, MESSAGE_BYTES_TARGET,
 };
@@ -31,7 +33,6 @@ use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::pipelined_call::Call;
 use fusebox_proto::v1::pipelined_reply::Result as Reply;
-use fusebox_proto::LEADER_HEADER;
 use prost::Message;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -41,7 +42,6 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -85,7 +85,9 @@ pub type Opener = Box<
 /// How one call ended.
 #[derive(Debug)]
 pub enum Sent<Req, Resp> {
-    /// The node's answer, or the status its unary call would have had.
+    /// The node's answer, or the status its unary call would have had; an
+    /// answer the node got from the leader names it in
+    /// [`LEADER_HEADER`](fusebox_proto::LEADER_HEADER).
     Answered(Result<Response<Resp>, Status>),
     /// The call never left: the node does not serve pipelines, or refused
     /// to open one. Send it unary (with the same message).
@@ -437,7 +439,7 @@ fn reply_result(result: Option<Reply>, leader_address: String) -> Result<Replied
 
 /// A reply as its unary call's answer: `pick` takes the message of the kind
 /// asked for (a reply of another kind is an error), and a leader the reply
-/// names goes in [`LEADER_HEADER`].
+/// names goes in [`LEADER_HEADER`](fusebox_proto::LEADER_HEADER).
 fn answered<Resp>(
     replied: Result<Replied, Status>,
     pick: impl FnOnce(Reply) -> Result<Resp, Status>,
@@ -448,9 +450,7 @@ fn answered<Resp>(
     } = replied?;
     let mut response = Response::new(pick(reply)?);
     if !leader_address.is_empty() {
-        if let Ok(value) = MetadataValue::try_from(leader_address.as_str()) {
-            response.metadata_mut().insert(LEADER_HEADER, value);
-        }
+        name_leader(response.metadata_mut(), &leader_address);
     }
     Ok(response)
 }

@@ -52,6 +52,29 @@ pub mod tls;
 /// same in `PipelinedReply.leader_address`.
 pub const LEADER_HEADER: &str = "x-fusebox-leader";
 
+/// The leader an answer's metadata names in [`LEADER_HEADER`], if any.
+pub fn leader_named(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    metadata.get(LEADER_HEADER).and_then(|v| v.to_str().ok())
+}
+
+/// Names `leader` in [`LEADER_HEADER`]. An address that cannot be a header
+/// value is left out, not sent garbled: the caller then keeps coming to the
+/// node that forwarded.
+pub fn name_leader(metadata: &mut tonic::metadata::MetadataMap, leader: &str) {
+    if let Ok(value) = tonic::metadata::MetadataValue::try_from(leader) {
+        metadata.insert(LEADER_HEADER, value);
+    }
+}
+
+/// `address` without an `http://` or `https://` in front, as nodes name
+/// each other: a client may list a node either way.
+pub fn without_scheme(address: &str) -> &str {
+    address
+        .strip_prefix("http://")
+        .or_else(|| address.strip_prefix("https://"))
+        .unwrap_or(address)
+}
+
 /// Messages, enums, clients (`*_client`) and servers (`*_server`) of package
 /// `fusebox.v1`. Generated; the field documentation comes from the `.proto`
 /// comments.

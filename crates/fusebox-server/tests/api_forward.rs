@@ -7,13 +7,12 @@
 mod api_support;
 
 use api_support::{assert_status, detail, local, meta, start, within, Follower};
+use fusebox_proto::leader_named;
 use fusebox_proto::v1::begin_response::Outcome as Begun;
 use fusebox_proto::v1::fusebox_error_detail::Detail;
 use fusebox_proto::v1::pipelined_call::Call;
 use fusebox_proto::v1::pipelined_reply::Result as Reply;
 use fusebox_proto::v1::*;
-use fusebox_proto::LEADER_HEADER;
-use tonic::metadata::MetadataMap;
 use tonic::Code;
 
 const NS: &str = "fleet-f";
@@ -32,11 +31,6 @@ fn begin(key: &str) -> BeginRequest {
         attempt_id: "a1".into(),
         lease_ms: 30_000,
     }
-}
-
-/// The leader an answer names in its header.
-fn leader_named(metadata: &MetadataMap) -> Option<&str> {
-    metadata.get(LEADER_HEADER).and_then(|v| v.to_str().ok())
 }
 
 #[tokio::test]

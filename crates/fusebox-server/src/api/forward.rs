@@ -7,11 +7,12 @@
 //! [`FORWARDED_HEADER`], and a request that already carries it is never
 //! forwarded again: during an election two nodes could otherwise bounce a
 //! request between them. The answer names the leader in
-//! [`LEADER_HEADER`], so a client can go there itself next time. Every forwarded call has a deadline (the caller's
-//! `grpc-timeout`, else [`FORWARD_TIMEOUT_DEFAULT_MS`] or the default a slow
-//! RPC names, at most [`FORWARD_TIMEOUT_MAX_MS`]); channels are cached per
-//! address, at most [`FORWARD_CHANNELS_MAX`] of them. One forwarder serves
-//! every service of a node.
+//! [`fusebox_proto::LEADER_HEADER`], so a client can go there itself next
+//! time. Every forwarded call has a deadline (the caller's `grpc-timeout`,
+//! else [`FORWARD_TIMEOUT_DEFAULT_MS`] or the default a slow RPC names, at
+//! most [`FORWARD_TIMEOUT_MAX_MS`]); channels are cached per address, at
+//! most [`FORWARD_CHANNELS_MAX`] of them. One forwarder serves every
+//! service of a node.
 
 use super::status::not_leader;
 use crate::auth::{Caller, Via, FORWARDED_CALLER_HEADER};
@@ -19,9 +20,9 @@ use crate::limits::{
     FORWARD_CHANNELS_MAX, FORWARD_CONNECT_TIMEOUT_MS, FORWARD_TIMEOUT_DEFAULT_MS,
     FORWARD_TIMEOUT_MAX_MS,
 };
+use fusebox_proto::name_leader;
 use fusebox_proto::net::Net;
 use fusebox_proto::tls::TlsConnector;
-use fusebox_proto::LEADER_HEADER;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -214,13 +215,10 @@ fn outgoing_request<Req>(request: Request<Req>, deadline: Duration) -> Request<R
     outgoing
 }
 
-/// The leader's answer, naming the leader in [`LEADER_HEADER`] so that the
-/// caller can send its next writes there itself. An address that cannot be
-/// a header value is left out: the caller then keeps coming here.
+/// The leader's answer, naming the leader ([`name_leader`]) so that the
+/// caller can send its next writes there itself.
 fn naming_leader<Resp>(mut response: Response<Resp>, addr: &str) -> Response<Resp> {
-    if let Ok(value) = MetadataValue::try_from(addr) {
-        response.metadata_mut().insert(LEADER_HEADER, value);
-    }
+    name_leader(response.metadata_mut(), addr);
     response
 }
 
@@ -270,6 +268,7 @@ fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fusebox_proto::{leader_named, LEADER_HEADER};
 
     #[test]
     fn grpc_timeouts_parse_by_unit() {
@@ -328,8 +327,7 @@ mod tests {
     #[test]
     fn a_forwarded_answer_names_the_leader_when_it_can() {
         let named = naming_leader(Response::new(()), "10.0.0.7:7100");
-        let header = named.metadata().get(LEADER_HEADER).map(|v| v.to_str().ok());
-        assert_eq!(header, Some(Some("10.0.0.7:7100")));
+        assert_eq!(leader_named(named.metadata()), Some("10.0.0.7:7100"));
         // Not a header value: left out, not sent garbled.
         let unnamed = naming_leader(Response::new(()), "bad\naddress");
         assert!(unnamed.metadata().get(LEADER_HEADER).is_none());

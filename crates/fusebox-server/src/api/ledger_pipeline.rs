@@ -10,13 +10,13 @@
 //! rule against the auth table current when it arrives ([`Readmit`]); a
 //! follower forwards it to the leader as that handler does, and its reply
 //! names the leader (`leader_address`) as the forwarded unary answer's
-//! header would. One task per
-//! pipeline ("pump") reads calls, runs them, and sends replies through a
-//! bounded channel. It runs at most [`CALLS_IN_FLIGHT_MAX`] calls at once
-//! and reads nothing more until some finish; a client that stops reading
-//! fills the channel, and the pump then stops reading too. The node runs at
-//! most [`PIPELINED_CALLS_MAX`] pipelined calls at once over all its
-//! pipelines; a call past that is refused with RESOURCE_EXHAUSTED at once.
+//! header would. One task per pipeline ("pump") reads calls, runs them,
+//! and sends replies through a bounded channel. It runs at most
+//! [`CALLS_IN_FLIGHT_MAX`] calls at once and reads nothing more until some
+//! finish; a client that stops reading fills the channel, and the pump then
+//! stops reading too. The node runs at most [`PIPELINED_CALLS_MAX`]
+//! pipelined calls at once over all its pipelines; a call past that is
+//! refused with RESOURCE_EXHAUSTED at once.
 //!
 //! The pump ends, and with it every call still running (their outcome
 //! unknown to the client), when the client ends its side and every call is
@@ -29,6 +29,7 @@ use super::ledger::LedgerService;
 use crate::auth::{Caller, Readmit};
 use crate::backend::{Backend, BackendError};
 use crate::limits::{GRPC_REQUEST_TIMEOUT_MS, PIPELINED_CALLS_MAX};
+use fusebox_proto::leader_named;
 use fusebox_proto::pipeline::{
     status_to_proto, CALLS_IN_FLIGHT_MAX, CALLS_PER_MESSAGE_MAX, MESSAGE_BYTES_TARGET,
 };
@@ -36,7 +37,6 @@ use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::ledger_server::Ledger;
 use fusebox_proto::v1::pipelined_call::Call;
 use fusebox_proto::v1::pipelined_reply::Result as Reply;
-use fusebox_proto::LEADER_HEADER;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use prost::Message;
@@ -243,13 +243,13 @@ impl<B: Backend> Pipeline<B> {
             Some(Call::Begin(begin)) => {
                 let request = self.request(caller, begin, deadline);
                 let answer = self.service.begin(request).await?;
-                let leader = leader_named(&answer);
+                let leader = leader_of(&answer);
                 Ok((Reply::Begin(answer.into_inner()), leader))
             }
             Some(Call::Complete(complete)) => {
                 let request = self.request(caller, complete, deadline);
                 let answer = self.service.complete(request).await?;
-                let leader = leader_named(&answer);
+                let leader = leader_of(&answer);
                 Ok((Reply::Complete(answer.into_inner()), leader))
             }
             None => Err(Status::invalid_argument(
@@ -278,12 +278,9 @@ impl<B: Backend> Pipeline<B> {
     }
 }
 
-/// The leader a forwarded answer names ([`LEADER_HEADER`]), or nothing.
-fn leader_named<T>(answer: &Response<T>) -> String {
-    answer
-        .metadata()
-        .get(LEADER_HEADER)
-        .and_then(|v| v.to_str().ok())
+/// The leader a forwarded answer names, or nothing.
+fn leader_of<T>(answer: &Response<T>) -> String {
+    leader_named(answer.metadata())
         .unwrap_or_default()
         .to_owned()
 }
