@@ -2,11 +2,13 @@
 //! version's: one that does not serve `Ledger.Pipeline` (an older node) is
 //! called unary, as is one behind a proxy that refuses the method only once
 //! the stream is open, and a pipeline that breaks fails the calls it carried as
-//! UNAVAILABLE (their outcome unknown) and is opened again for the next.
+//! UNAVAILABLE (their outcome unknown) and is opened again for the next. A
+//! reply that names the leader (a follower forwarded the call) comes back
+//! as an answer naming it in its header.
 //!
 //! The nodes here are stand-ins: a `Ledger` service that answers `Begin`
-//! with a fixed `started`, and whose `Pipeline` either refuses to open or
-//! breaks on the first message. The real node's pipeline is tested in
+//! with a fixed `started`, and whose `Pipeline` either refuses to open,
+//! breaks on the first message, or answers as a follower that forwarded. The real node's pipeline is tested in
 //! `fusebox-server/tests/api_ledger.rs` and, through the SDK, by every
 //! write test and the simulation.
 
@@ -31,6 +33,9 @@ enum Pipelines {
     /// Accepts the stream, then refuses the method once a message arrives,
     /// as a proxy in front of a node may.
     UnimplementedOnFirstMessage,
+    /// Answers every `Begin`, naming this address as the leader it was
+    /// forwarded to.
+    ForwardedTo(&'static str),
 }
 
 #[derive(Clone)]
@@ -64,6 +69,31 @@ impl Ledger for StandIn {
         self.opened.fetch_add(1, Ordering::SeqCst);
         match self.pipelines {
             Pipelines::Unimplemented => Err(Status::unimplemented("no such method")),
+            Pipelines::ForwardedTo(leader) => {
+                let mut calls = request.into_inner();
+                let (replies, rx) = tokio::sync::mpsc::channel(1);
+                tokio::spawn(async move {
+                    while let Ok(Some(message)) = calls.message().await {
+                        let replied = message.calls.into_iter().map(|call| {
+                            let Some(pb::pipelined_call::Call::Begin(begin)) = call.call else {
+                                panic!("the tests send begins only");
+                            };
+                            pb::PipelinedReply {
+                                id: call.id,
+                                result: Some(pb::pipelined_reply::Result::Begin(started(&begin))),
+                                leader_address: leader.to_owned(),
+                            }
+                        });
+                        let message = pb::PipelineResponse {
+                            replies: replied.collect(),
+                        };
+                        if replies.send(Ok(message)).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                Ok(Response::new(ReceiverStream::new(rx)))
+            }
             Pipelines::BreakOnFirstMessage | Pipelines::UnimplementedOnFirstMessage => {
                 let failure = match self.pipelines {
                     Pipelines::BreakOnFirstMessage => Status::internal("node lost"),
@@ -206,6 +236,21 @@ async fn a_broken_pipeline_fails_its_calls_as_unavailable_and_opens_again() {
             n + 1,
             "a new pipeline per call"
         );
+    }
+    assert_eq!(node.unary_begins.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_reply_naming_the_leader_is_an_answer_naming_it() {
+    let node = stand_in(Pipelines::ForwardedTo("10.0.0.3:7100"));
+    let pipeline = serve(node.clone()).await;
+    match pipeline.begin(begin("k1"), TIMEOUT).await {
+        Sent::Answered(Ok(answer)) => {
+            let named = fusebox_proto::leader_named(answer.metadata());
+            assert_eq!(named, Some("10.0.0.3:7100"));
+            assert_eq!(answer.into_inner(), started(&begin("k1")));
+        }
+        other => panic!("not answered through the pipeline: {other:?}"),
     }
     assert_eq!(node.unary_begins.load(Ordering::SeqCst), 0);
 }
