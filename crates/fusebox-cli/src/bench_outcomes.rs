@@ -29,7 +29,7 @@ use crate::out::outln;
 use anyhow::Context as _;
 use clap::Args;
 use fusebox_proto::v1 as pb;
-use fusebox_proto::{leader_named, without_scheme};
+use fusebox_proto::{leader_named, same_address};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -249,8 +249,8 @@ impl Worker {
 /// The endpoint of `addresses` an answer names as the leader, a scheme in
 /// front or not.
 fn named_endpoint(addresses: &[String], metadata: &tonic::metadata::MetadataMap) -> Option<usize> {
-    let named = without_scheme(leader_named(metadata)?);
-    addresses.iter().position(|a| without_scheme(a) == named)
+    let named = leader_named(metadata)?;
+    addresses.iter().position(|a| same_address(a, named))
 }
 
 fn report(json: bool, bench: &OutcomesBench, mut tally: Tally, server: &Server) {

@@ -28,7 +28,7 @@ use fusebox_proto::v1 as pb;
 use fusebox_proto::v1::fusebox_error_detail::Detail;
 use fusebox_proto::v1::ledger_client::LedgerClient;
 use fusebox_proto::v1::FuseboxErrorDetail;
-use fusebox_proto::{leader_named, without_scheme};
+use fusebox_proto::{leader_named, same_address};
 use prost::Message;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -276,10 +276,9 @@ impl Endpoints {
 
     /// The listed node at `address`, a scheme in front or not.
     fn index_of(&self, address: &str) -> Option<usize> {
-        let address = without_scheme(address);
         self.nodes
             .iter()
-            .position(|(a, _)| without_scheme(a) == address)
+            .position(|(a, _)| same_address(a, address))
     }
 
     /// Calls `f` on one node after another until one answers, within

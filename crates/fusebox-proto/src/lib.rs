@@ -66,13 +66,17 @@ pub fn name_leader(metadata: &mut tonic::metadata::MetadataMap, leader: &str) {
     }
 }
 
-/// `address` without an `http://` or `https://` in front, as nodes name
-/// each other: a client may list a node either way.
-pub fn without_scheme(address: &str) -> &str {
-    address
-        .strip_prefix("http://")
-        .or_else(|| address.strip_prefix("https://"))
-        .unwrap_or(address)
+/// Whether two addresses name the same node, an `http://` or `https://` in
+/// front or not: nodes name each other without one, a client may list a
+/// node either way.
+pub fn same_address(a: &str, b: &str) -> bool {
+    fn without_scheme(address: &str) -> &str {
+        address
+            .strip_prefix("http://")
+            .or_else(|| address.strip_prefix("https://"))
+            .unwrap_or(address)
+    }
+    without_scheme(a) == without_scheme(b)
 }
 
 /// Messages, enums, clients (`*_client`) and servers (`*_server`) of package
