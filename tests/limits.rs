@@ -1,6 +1,7 @@
 //! What a payload or a disk may not do to a cluster of real `fusebox`
-//! processes (issue 13): big entries stall no one, and a data directory
-//! serves only the node and cluster it belongs to.
+//! processes (issue 13): big entries stall no one, a follower behind by
+//! them catches up, and a data directory serves only the node and cluster
+//! it belongs to.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -73,6 +74,35 @@ async fn big_imports_through_every_node_stall_no_write() {
             Some(Outcome::Started(_))
         ));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_by_big_entries_catches_up() {
+    eprintln!("phase: three nodes, a leader, one follower down");
+    let mut cluster = TestCluster::start(3);
+    let leader = cluster.wait_leader(&[1, 2, 3], SETTLE).await;
+    let behind = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    cluster.kill(behind);
+
+    eprintln!("phase: four imports of 250 tools x 16 KB commit without it");
+    let addr = cluster.nodes[&leader].addr.clone();
+    let mut tools = ToolsClient::new(channel_to(&addr));
+    for i in 0..4 {
+        let call = tools.import(heavy_import(&format!("vendor-{i}"), 250, 16_000));
+        tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .expect("import answered in time")
+            .expect("import taken");
+    }
+
+    // The leader's first batch to it is the four entries at once, about
+    // 16 MB: a stream opening with it must have time for its size, or each
+    // new stream times out with the same batch and the follower never
+    // catches up (heartbeats, which still arrive, keep it from an
+    // election).
+    eprintln!("phase: the follower restarts and catches up");
+    cluster.spawn(behind, false);
+    cluster.wait_in_sync(&[1, 2, 3], SETTLE).await;
 }
 
 #[test]

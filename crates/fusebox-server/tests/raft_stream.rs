@@ -3,22 +3,29 @@
 //! answers to the ones before, no stream is opened before there is a batch
 //! to send (openraft's backoff is a pause before its next batch), a
 //! follower that stops answering ends the stream as unreachable while a
-//! stream with nothing in flight may idle, and a follower without the RPC
-//! (an older node) is sent unary AppendEntries instead.
+//! stream with nothing in flight may idle, a stream that opens with a big
+//! batch has time for its size, and a follower without the RPC (an older
+//! node) is sent unary AppendEntries instead.
 //!
 //! The real follower's side runs in every cluster test and in the
 //! simulation, where all replication goes over these streams.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use fusebox_core::disclosure::McpHints;
+use fusebox_core::machine::Command;
+use fusebox_core::tools::ToolImport;
+use fusebox_core::{Namespace, ServerName, ToolName};
 use fusebox_proto::net::Net;
 use fusebox_proto::v1::raft_server::{Raft, RaftServer};
 use fusebox_proto::v1::{RaftMessage, SnapshotChunk};
-use fusebox_raft_store::{LogId, Member, TypeConfig};
+use fusebox_raft_store::{Entry, LogId, Member, Request as LogRequest, TypeConfig};
+use fusebox_server::limits::RAFT_PAYLOAD_BYTES_MAX;
 use fusebox_server::node::contact::LeaderContact;
 use fusebox_server::raft::codec;
 use fusebox_server::raft::network::{Connection, Network};
 use futures::StreamExt;
+use openraft::entry::RaftEntry;
 use openraft::error::RPCError;
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendResult};
@@ -40,6 +47,10 @@ enum Follower {
     AnswersFirst(usize),
     /// Has no `StreamAppend` (an older node); answers unary appends.
     UnaryOnly,
+    /// Opens the stream only this long after the first message has
+    /// arrived whole, then answers each message as it arrives: the time a
+    /// slow link takes to carry a big first batch.
+    OpensAfterFirst(Duration),
 }
 
 #[derive(Clone)]
@@ -75,12 +86,30 @@ impl Raft for StandIn {
             Follower::UnaryOnly => return Err(Status::unimplemented("no StreamAppend here")),
             Follower::AnswersAfter(n) => (n, usize::MAX),
             Follower::AnswersFirst(n) => (1, n),
+            Follower::OpensAfterFirst(_) => (1, usize::MAX),
         };
         self.streams.fetch_add(1, Ordering::SeqCst);
         let mut messages = request.into_inner();
+        let mut held = Vec::new();
+        if let Follower::OpensAfterFirst(pause) = self.follower {
+            let first = messages
+                .message()
+                .await?
+                .ok_or_else(|| Status::invalid_argument("no first message"))?;
+            held.push(codec::decode(&first.payload)?);
+            tokio::time::sleep(pause).await;
+        }
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
-            let (mut held, mut answers) = (Vec::new(), 0);
+            let mut answers = 0;
+            if held.len() >= wait_for {
+                for rpc in held.drain(..) {
+                    if tx.send(answer(&rpc)).await.is_err() {
+                        return;
+                    }
+                    answers += 1;
+                }
+            }
             while let Ok(Some(message)) = messages.message().await {
                 let rpc: AppendEntriesRequest<TypeConfig> =
                     codec::decode(&message.payload).unwrap();
@@ -146,7 +175,9 @@ async fn connect(follower: Follower) -> (Connection, StandIn) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(RaftServer::new(stand_in.clone()))
+            .add_service(
+                RaftServer::new(stand_in.clone()).max_decoding_message_size(RAFT_PAYLOAD_BYTES_MAX),
+            )
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let mut network = Network {
@@ -168,6 +199,29 @@ fn batch(i: u64) -> AppendEntriesRequest<TypeConfig> {
         prev_log_id: Some(log_id(i)),
         leader_commit: None,
         entries: Vec::new(),
+    }
+}
+
+/// Batch `i` carrying one entry of `mib` MiB (an import of a tool with a
+/// disclosure that big), following log index `i`.
+fn big_batch(i: u64, mib: usize) -> AppendEntriesRequest<TypeConfig> {
+    let tool = ToolImport {
+        tool: ToolName::new("t").unwrap(),
+        hints: McpHints::default(),
+        disclosure_json: Some("x".repeat(mib * 1024 * 1024)),
+    };
+    let command = Command::ImportTools {
+        namespace: Namespace::new("ns").unwrap(),
+        server: ServerName::new("s").unwrap(),
+        tools: vec![tool],
+        actor: "ops".into(),
+    };
+    AppendEntriesRequest {
+        entries: vec![Entry::new_normal(
+            log_id(i + 1),
+            LogRequest::new(1, command),
+        )],
+        ..batch(i)
     }
 }
 
@@ -252,6 +306,39 @@ async fn an_unanswered_batch_ends_the_stream_but_an_idle_stream_stays() {
     assert!(
         answers.next().await.is_none(),
         "the stream goes on after its error"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_opening_with_a_big_batch_has_time_for_its_size() {
+    // The follower opens each stream 800 ms after its first batch has
+    // arrived: past openraft's 400 ms for one request, but within what a
+    // 4 MiB batch adds at the slowest rate the leader allows (1 s). With
+    // 400 ms alone, every new stream would time out with the same batch.
+    let slow = Follower::OpensAfterFirst(Duration::from_millis(800));
+    let (mut leader, follower) = connect(slow).await;
+    let opened = leader
+        .stream_append(futures::stream::iter([big_batch(1, 4)]), option())
+        .await;
+    let Ok(mut answers) = opened else {
+        panic!("a stream opening with a big batch timed out");
+    };
+    let stored = tokio::time::timeout(PATIENCE, answers.next()).await;
+    assert!(
+        matches!(stored, Ok(Some(Ok(Ok(Some(id))))) if id == log_id(1)),
+        "{stored:?}"
+    );
+    assert_eq!(follower.streams.load(Ordering::SeqCst), 1);
+
+    // A batch with no entries has no such allowance: the same wait is too
+    // long for it.
+    let (mut leader, _) = connect(slow).await;
+    let opened = leader
+        .stream_append(futures::stream::iter([batch(1)]), option())
+        .await;
+    assert!(
+        matches!(opened, Err(RPCError::Unreachable(_))),
+        "a stream opened 800 ms late with an empty batch"
     );
 }
 

@@ -23,7 +23,7 @@ use crate::limits::RAFT_STREAM_BATCHES_IN_FLIGHT_MAX;
 use crate::node::contact::LeaderContact;
 use crate::node::Clock;
 use fusebox_proto::v1::RaftMessage;
-use fusebox_raft_store::TypeConfig;
+use fusebox_raft_store::{LogId, TypeConfig};
 use futures::{Stream, StreamExt};
 use openraft::error::RPCError;
 use openraft::raft::{AppendEntriesRequest, StreamAppendError, StreamAppendResult};
@@ -91,11 +91,27 @@ impl InFlight {
     }
 }
 
-/// openraft's requests as the messages to send, each encoded as unary
-/// AppendEntries encodes it. A request cut to the batch's byte bound is
-/// the last one sent: the follower's answer says how far it got, and
-/// openraft sends the rest in its next session.
+/// One request encoded as unary AppendEntries encodes it: the payload and,
+/// when the batch was cut to its byte bound, the last entry it kept.
+pub(super) struct Encoded {
+    pub payload: Vec<u8>,
+    pub cut_after: Option<LogId>,
+}
+
+impl Encoded {
+    pub(super) fn new(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<Encoded, postcard::Error> {
+        let (payload, cut_after) = append_payload(rpc)?;
+        Ok(Encoded { payload, cut_after })
+    }
+}
+
+/// `first`, encoded before the stream opens (its size sets how long the
+/// opening may take: `Connection::open_stream`), then openraft's later
+/// requests as the messages to send. A request cut to the batch's byte bound is the last
+/// one sent: the follower's answer says how far it got, and openraft sends
+/// the rest in its next session.
 pub(super) fn outgoing<S>(
+    first: Encoded,
     requests: S,
     route: Route,
     in_flight: Arc<InFlight>,
@@ -103,23 +119,28 @@ pub(super) fn outgoing<S>(
 where
     S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
 {
-    futures::stream::unfold(Some(requests), move |requests| {
+    futures::stream::unfold(Some((Some(first), requests)), move |state| {
         let (route, in_flight) = (route.clone(), in_flight.clone());
         async move {
-            let mut requests = requests?;
-            let rpc = requests.next().await?;
-            let (payload, cut_after) = match append_payload(&rpc) {
-                Ok(encoded) => encoded,
-                Err(e) => {
-                    tracing::error!(error = %e, "encoding a replication batch failed; stream ended");
-                    return None;
+            let (first, mut requests) = state?;
+            let encoded = match first {
+                Some(first) => first,
+                None => {
+                    let rpc = requests.next().await?;
+                    match Encoded::new(&rpc) {
+                        Ok(encoded) => encoded,
+                        Err(e) => {
+                            tracing::error!(error = %e, "encoding a replication batch failed; stream ended");
+                            return None;
+                        }
+                    }
                 }
             };
-            if !in_flight.send(payload.len()).await {
+            if !in_flight.send(encoded.payload.len()).await {
                 return None;
             }
-            let more = cut_after.is_none().then_some(requests);
-            Some((codec::message(&route, payload), more))
+            let more = encoded.cut_after.is_none().then_some((None, requests));
+            Some((codec::message(&route, encoded.payload), more))
         }
     })
 }

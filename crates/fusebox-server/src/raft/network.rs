@@ -7,7 +7,7 @@
 //! `StreamAppend` ([`super::append_stream`]), or one unary AppendEntries at
 //! a time to a peer that lacks it.
 
-use super::append_stream::{self, Acks, InFlight};
+use super::append_stream::{self, Acks, Encoded, InFlight};
 use super::codec::{self, Route};
 use crate::limits::{
     RAFT_CONNECT_TIMEOUT_MS, RAFT_PAYLOAD_BYTES_MAX, RAFT_STREAM_UNARY_MS,
@@ -176,12 +176,22 @@ impl Connection {
         codec::decode(&reply.payload).map_err(|s| network(s.message()))
     }
 
-    /// Opens a `StreamAppend` stream carrying `requests`, within `ttl`,
-    /// once the first request is ready. openraft's backoff after an error
-    /// is a pause before it yields its next request, so a stream opened
-    /// before that would redial a peer that refuses connections in a tight
-    /// loop (seen in the simulation: a down node's port exhausted a leader's
-    /// ephemeral ports).
+    /// Opens a `StreamAppend` stream carrying `requests` once the first
+    /// request is ready. openraft's backoff after an error is a pause before
+    /// it yields its next request, so a stream opened before that would
+    /// redial a peer that refuses connections in a tight loop (seen in the
+    /// simulation: a down node's port exhausted a leader's ephemeral ports).
+    ///
+    /// The opening may take `ttl` plus the first request's size at
+    /// [`REPLICATION_BYTES_PER_SEC_MIN`], as a unary append of it may
+    /// ([`ttl_for`]); the request is encoded before that time starts.
+    /// Opening took longer the bigger the first request was (measured on a
+    /// debug build, with its encoding inside the time: 2-3 ms with no
+    /// entries, 55 ms with one 4 MB entry), so with `ttl` alone a follower
+    /// behind by a few big entries would be sent the same batch on a new
+    /// stream after each timeout and never catch up (seen: a follower of
+    /// four 4 MB imports, on a debug build, stuck for 30 s while heartbeats
+    /// kept it from an election).
     ///
     /// The stream ends at once, with no answer, when `requests` does.
     async fn open_stream<S>(
@@ -195,14 +205,16 @@ impl Connection {
         let Some(first) = requests.next().await else {
             return Ok(Box::pin(futures::stream::empty()));
         };
-        let requests = futures::stream::iter([first]).chain(requests);
+        let first = Encoded::new(&first).map_err(network)?;
+        let within = ttl_for(ttl, first.payload.len());
         let in_flight = InFlight::new();
-        let outgoing = append_stream::outgoing(requests, self.route.clone(), in_flight.clone());
+        let outgoing =
+            append_stream::outgoing(first, requests, self.route.clone(), in_flight.clone());
         let mut client = self.client()?;
-        let replies = match tokio::time::timeout(ttl, client.stream_append(outgoing)).await {
+        let replies = match tokio::time::timeout(within, client.stream_append(outgoing)).await {
             Err(_) => {
                 return Err(unreachable(format!(
-                    "{} opened no replication stream in {ttl:?}",
+                    "{} opened no replication stream in {within:?}",
                     self.addr
                 )))
             }
