@@ -107,9 +107,9 @@ impl Encoded {
 
 /// `first`, encoded before the stream opens (its size sets how long the
 /// opening may take: `Connection::open_stream`), then openraft's later
-/// requests as the messages to send. A request cut to the batch's byte bound is the last
-/// one sent: the follower's answer says how far it got, and openraft sends
-/// the rest in its next session.
+/// requests as the messages to send. A request cut to the batch's byte
+/// bound is the last one sent: the follower's answer says how far it got,
+/// and openraft sends the rest in its next session.
 pub(super) fn outgoing<S>(
     first: Encoded,
     requests: S,
