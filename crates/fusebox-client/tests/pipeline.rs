@@ -8,7 +8,8 @@
 //!
 //! The nodes here are stand-ins: a `Ledger` service that answers `Begin`
 //! with a fixed `started`, and whose `Pipeline` either refuses to open,
-//! breaks on the first message, or answers as a follower that forwarded. The real node's pipeline is tested in
+//! breaks on the first message, or answers as a follower that forwarded.
+//! The real node's pipeline is tested in
 //! `fusebox-server/tests/api_ledger.rs` and, through the SDK, by every
 //! write test and the simulation.
 
