@@ -52,8 +52,8 @@ EOF
     # Ready when every node names the same leader in the same term: at a
     # cluster's birth one node may name a leader while the others are still
     # electing (seen: node 1 naming node 2 for about a second in which nodes
-    # 2 and 3 knew no leader and refused every call, until a second
-    # election), and a bench started then counts those refusals.
+    # 2 and 3 knew no leader, until a second election), and a bench started
+    # then counts calls refused with "no leader is known".
     local views view
     for _ in $(seq 1 60); do
         views=""
