@@ -449,6 +449,49 @@ async fn empty_pipeline_messages_count_against_the_callers_rate() {
     node.node.shutdown().await;
 }
 
+#[tokio::test]
+async fn pipelined_calls_count_one_by_one_against_their_callers_rate() {
+    let node = slow_node().await;
+    let (busy, _) = issue(&node, "busy-piper", Role::Agent, &[OWN]).await;
+    let (quiet, _) = issue(&node, "quiet-piper", Role::Agent, &[OWN]).await;
+    let (calls, sent) = tokio::sync::mpsc::channel(4);
+    let mut replies = open_pipeline(
+        &node,
+        &busy,
+        tokio_stream::wrappers::ReceiverStream::new(sent),
+    )
+    .await;
+    // A burst of 5, one of it spent opening the stream: one call of the
+    // first 12, sent one after another within milliseconds, must be refused.
+    let mut refused = None;
+    for id in 1..=12 {
+        let reply = one_reply(&calls, &mut replies, pipelined_begin(id, OWN)).await;
+        if code_of(&reply) == Code::ResourceExhausted {
+            refused = Some(reply);
+            break;
+        }
+        assert_eq!(code_of(&reply), Code::Ok, "{reply:?}");
+    }
+    let refused = refused.expect("12 calls in a row exceed a burst of 5");
+    let Some(Reply::Error(status)) = refused.result else {
+        panic!("no error: {refused:?}");
+    };
+    let status = fusebox_proto::pipeline::status_from_proto(status);
+    let detail = detail_of(&status).expect("a Fusebox error detail");
+    assert_eq!(detail.code(), fusebox_proto::v1::ErrorCode::RateLimited);
+    // Another principal's pipeline has its own bucket.
+    let (calls, sent) = tokio::sync::mpsc::channel(4);
+    let mut replies = open_pipeline(
+        &node,
+        &quiet,
+        tokio_stream::wrappers::ReceiverStream::new(sent),
+    )
+    .await;
+    let other = one_reply(&calls, &mut replies, pipelined_begin(100, OWN)).await;
+    assert_eq!(code_of(&other), Code::Ok, "{other:?}");
+    node.node.shutdown().await;
+}
+
 /// A watch stream of `OWN` opened with `token`.
 async fn watch_with(channel: &Channel, token: &str) -> Streaming<WatchEvent> {
     let mut watch = Request::new(WatchRequest {

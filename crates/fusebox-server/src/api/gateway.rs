@@ -103,7 +103,13 @@ impl<B: Backend> Gateway<B> {
 
     /// Who sent `request`, as the guard recognised it.
     pub fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
-        match Caller::of(request) {
+        self.recognised(Caller::of(request))
+    }
+
+    /// `caller`, as the guard recognised it (`None`: it did not, which only
+    /// an unguarded server allows).
+    pub fn recognised(&self, caller: Option<&Caller>) -> Result<Caller, Status> {
+        match caller {
             Some(caller) => Ok(caller.clone()),
             None if !self.guarded => Ok(Caller::open()),
             None => {
@@ -122,9 +128,15 @@ impl<B: Backend> Gateway<B> {
         namespace: &str,
     ) -> Result<(Caller, Namespace), Status> {
         let caller = self.caller(request)?;
+        let ns = self.admit_caller(&caller, namespace)?;
+        Ok((caller, ns))
+    }
+
+    /// [`Gateway::admit`] for a caller already recognised.
+    pub fn admit_caller(&self, caller: &Caller, namespace: &str) -> Result<Namespace, Status> {
         let ns = convert::namespace(namespace)?;
         caller.require(&ns)?;
-        Ok((caller, ns))
+        Ok(ns)
     }
 
     /// The backend, for watch subscriptions.

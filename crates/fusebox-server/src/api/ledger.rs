@@ -12,9 +12,10 @@ use super::convert::ledger::{
     renew_from_proto, resolve_from_proto, status_name,
 };
 use super::convert::{cut_to_page_bytes, meta, required};
-use super::gateway::{unexpected, Gateway, Served};
+use super::gateway::{unexpected, Gateway, Leader, Served};
 use super::ledger_pipeline::{self, PipelineReplies, PipelinedCalls};
 use super::status;
+use crate::auth::Caller;
 use crate::backend::{Backend, Consistency};
 use fusebox_core::ledger::{
     CompleteAnswer, LedgerStore, Record, RenewAnswer, ResolveAnswer, Status as RecordStatus,
@@ -54,6 +55,95 @@ impl<B: Backend> LedgerService<B> {
     /// The gateway the service goes through.
     pub(super) fn gateway(&self) -> &Gateway<B> {
         &self.gateway
+    }
+
+    /// `Begin` from `caller`, answered here; or the leader, when only it
+    /// can answer. The unary call and a pipelined one both come here: a
+    /// pipelined call builds a unary request only to forward it.
+    pub(super) async fn begin_for(
+        &self,
+        caller: &Caller,
+        req: &pb::BeginRequest,
+    ) -> Result<Served<pb::BeginResponse>, Status> {
+        self.gateway.admit_caller(caller, &req.namespace)?;
+        let clamped = req.lease_ms > LEASE_MS_MAX;
+        // The kill switch is checked by the state machine, in log order.
+        let (ns, begin) = begin_from_proto(req)?;
+        let command = Command::Begin {
+            namespace: ns.clone(),
+            request: begin,
+        };
+        let applied = match self.gateway.write(command).await? {
+            Served::Here(applied) => applied,
+            Served::Leader(leader) => return Ok(Served::Leader(leader)),
+        };
+        let Answer::Begin(answer) = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        tracing::debug!(namespace = %ns, key = %req.key, attempt = %req.attempt_id, answer = ?answer, "ledger begin");
+        let mut response = begin_to_proto(&ns, answer);
+        if let Some(pb::begin_response::Outcome::Started(started)) = &mut response.outcome {
+            started.lease_clamped = clamped;
+        }
+        Ok(Served::Here(response))
+    }
+
+    /// `Complete` from `caller`, answered here; or the leader, when only it
+    /// can answer.
+    pub(super) async fn complete_for(
+        &self,
+        caller: &Caller,
+        req: &pb::CompleteRequest,
+    ) -> Result<Served<pb::CompleteResponse>, Status> {
+        self.gateway.admit_caller(caller, &req.namespace)?;
+        let (ns, complete) = complete_from_proto(req)?;
+        let command = Command::Complete {
+            namespace: ns.clone(),
+            request: complete,
+        };
+        let applied = match self.gateway.write(command).await? {
+            Served::Here(applied) => applied,
+            Served::Leader(leader) => return Ok(Served::Leader(leader)),
+        };
+        let Answer::Complete(answer) = &applied.answer else {
+            return Err(unexpected(&applied.answer));
+        };
+        tracing::debug!(namespace = %ns, key = %req.key, attempt = %req.attempt_id, "ledger complete");
+        match answer {
+            CompleteAnswer::Recorded { record } | CompleteAnswer::AlreadyRecorded { record } => {
+                Ok(Served::Here(pb::CompleteResponse {
+                    record: Some(record_to_proto(&ns, record)),
+                }))
+            }
+            CompleteAnswer::Conflict { record } => Err(complete_conflict(&req.attempt_id, record)),
+            CompleteAnswer::NotFound => Err(record_not_found(&ns, &req.key)),
+        }
+    }
+
+    /// Sends a `Begin` only the leader can answer there.
+    pub(super) async fn forward_begin(
+        &self,
+        request: Request<pb::BeginRequest>,
+        leader: Leader,
+    ) -> Result<Response<pb::BeginResponse>, Status> {
+        self.gateway
+            .forward(request, leader, |channel, request| async move {
+                LedgerClient::new(channel).begin(request).await
+            })
+            .await
+    }
+
+    /// Sends a `Complete` only the leader can answer there.
+    pub(super) async fn forward_complete(
+        &self,
+        request: Request<pb::CompleteRequest>,
+        leader: Leader,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        self.gateway
+            .forward(request, leader, |channel, request| async move {
+                LedgerClient::new(channel).complete(request).await
+            })
+            .await
     }
 }
 
@@ -126,61 +216,21 @@ impl<B: Backend> Ledger for LedgerService<B> {
         &self,
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
-        self.gateway.admit(&request, &request.get_ref().namespace)?;
-        let clamped = request.get_ref().lease_ms > LEASE_MS_MAX;
-        // The kill switch is checked by the state machine, in log order.
-        let (ns, begin) = begin_from_proto(request.get_ref())?;
-        let (key, attempt) = (begin.key.clone(), begin.attempt.clone());
-        let command = Command::Begin {
-            namespace: ns.clone(),
-            request: begin,
-        };
-        let applied = here_or_forward!(
-            self,
-            request,
-            self.gateway.write(command).await?,
-            LedgerClient::begin
-        );
-        let Answer::Begin(answer) = &applied.answer else {
-            return Err(unexpected(&applied.answer));
-        };
-        tracing::debug!(namespace = %ns, key = %key, attempt = %attempt, answer = ?answer, "ledger begin");
-        let mut response = begin_to_proto(&ns, answer);
-        if let Some(pb::begin_response::Outcome::Started(started)) = &mut response.outcome {
-            started.lease_clamped = clamped;
+        let caller = self.gateway.caller(&request)?;
+        match self.begin_for(&caller, request.get_ref()).await? {
+            Served::Here(answer) => Ok(Response::new(answer)),
+            Served::Leader(leader) => self.forward_begin(request, leader).await,
         }
-        Ok(Response::new(response))
     }
 
     async fn complete(
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        self.gateway.admit(&request, &request.get_ref().namespace)?;
-        let (ns, complete) = complete_from_proto(request.get_ref())?;
-        let (key, attempt) = (complete.key.clone(), complete.attempt.clone());
-        let command = Command::Complete {
-            namespace: ns.clone(),
-            request: complete,
-        };
-        let applied = here_or_forward!(
-            self,
-            request,
-            self.gateway.write(command).await?,
-            LedgerClient::complete
-        );
-        let Answer::Complete(answer) = &applied.answer else {
-            return Err(unexpected(&applied.answer));
-        };
-        tracing::debug!(namespace = %ns, key = %key, attempt = %attempt, "ledger complete");
-        match answer {
-            CompleteAnswer::Recorded { record } | CompleteAnswer::AlreadyRecorded { record } => {
-                Ok(Response::new(pb::CompleteResponse {
-                    record: Some(record_to_proto(&ns, record)),
-                }))
-            }
-            CompleteAnswer::Conflict { record } => Err(complete_conflict(&attempt, record)),
-            CompleteAnswer::NotFound => Err(record_not_found(&ns, &key)),
+        let caller = self.gateway.caller(&request)?;
+        match self.complete_for(&caller, request.get_ref()).await? {
+            Served::Here(answer) => Ok(Response::new(answer)),
+            Served::Leader(leader) => self.forward_complete(request, leader).await,
         }
     }
 

@@ -25,6 +25,7 @@
 //! node stops (UNAVAILABLE): a stream would otherwise hold its connection,
 //! and its client, on a stopped node.
 
+use super::gateway::Served;
 use super::ledger::LedgerService;
 use crate::auth::{Caller, Readmit};
 use crate::backend::{Backend, BackendError};
@@ -34,7 +35,6 @@ use fusebox_proto::pipeline::{
     status_to_proto, CALLS_IN_FLIGHT_MAX, CALLS_PER_MESSAGE_MAX, MESSAGE_BYTES_TARGET,
 };
 use fusebox_proto::v1 as pb;
-use fusebox_proto::v1::ledger_server::Ledger;
 use fusebox_proto::v1::pipelined_call::Call;
 use fusebox_proto::v1::pipelined_reply::Result as Reply;
 use futures::stream::FuturesUnordered;
@@ -236,21 +236,35 @@ impl<B: Backend> Pipeline<B> {
             Some(Call::Begin(_)) | None => BEGIN_PATH,
         };
         let caller = match &self.readmit {
-            Some(readmit) => Some(readmit.admit(path)?),
-            None => self.caller.clone(),
+            Some(readmit) => readmit.admit(path)?,
+            None => self.service.gateway().recognised(self.caller.as_ref())?,
         };
+        // Answered here without a unary request of its own; one is built
+        // only to forward the call to the leader. A forward's future is
+        // boxed: inline, its client call would make every call's future
+        // several times larger, and the pump moves each one when it starts
+        // it.
         match call {
-            Some(Call::Begin(begin)) => {
-                let request = self.request(caller, begin, deadline);
-                let answer = self.service.begin(request).await?;
-                let leader = leader_of(&answer);
-                Ok((Reply::Begin(answer.into_inner()), leader))
-            }
+            Some(Call::Begin(begin)) => match self.service.begin_for(&caller, &begin).await? {
+                Served::Here(answer) => Ok((Reply::Begin(answer), String::new())),
+                Served::Leader(leader) => {
+                    let request = self.request(caller, begin, deadline);
+                    let answer = Box::pin(self.service.forward_begin(request, leader)).await?;
+                    let leader = leader_of(&answer);
+                    Ok((Reply::Begin(answer.into_inner()), leader))
+                }
+            },
             Some(Call::Complete(complete)) => {
-                let request = self.request(caller, complete, deadline);
-                let answer = self.service.complete(request).await?;
-                let leader = leader_of(&answer);
-                Ok((Reply::Complete(answer.into_inner()), leader))
+                match self.service.complete_for(&caller, &complete).await? {
+                    Served::Here(answer) => Ok((Reply::Complete(answer), String::new())),
+                    Served::Leader(leader) => {
+                        let request = self.request(caller, complete, deadline);
+                        let forward = self.service.forward_complete(request, leader);
+                        let answer = Box::pin(forward).await?;
+                        let leader = leader_of(&answer);
+                        Ok((Reply::Complete(answer.into_inner()), leader))
+                    }
+                }
             }
             None => Err(Status::invalid_argument(
                 "a pipelined call must set `begin` or `complete`",
@@ -260,20 +274,13 @@ impl<B: Backend> Pipeline<B> {
 
     /// The unary request a call stands for: the stream's metadata, the
     /// call's deadline if it set one, and its caller.
-    fn request<T>(
-        &self,
-        caller: Option<Caller>,
-        message: T,
-        deadline: Option<Duration>,
-    ) -> Request<T> {
+    fn request<T>(&self, caller: Caller, message: T, deadline: Option<Duration>) -> Request<T> {
         let mut request = Request::new(message);
         *request.metadata_mut() = self.metadata.clone();
         if let Some(deadline) = deadline {
             request.set_timeout(deadline);
         }
-        if let Some(caller) = caller {
-            request.extensions_mut().insert(caller);
-        }
+        request.extensions_mut().insert(caller);
         request
     }
 }

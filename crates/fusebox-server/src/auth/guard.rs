@@ -228,16 +228,37 @@ pub struct Readmit {
     guard: Arc<Guard>,
     headers: HeaderMap,
     conn: Option<ConnInfo>,
+    /// The stream's [`address_key`], worked out once for all its calls.
+    address: String,
 }
 
 impl Readmit {
+    fn new(guard: Arc<Guard>, headers: HeaderMap, conn: Option<ConnInfo>) -> Readmit {
+        let address = address_key(conn.as_ref());
+        Readmit {
+            guard,
+            headers,
+            conn,
+            address,
+        }
+    }
+
     /// The caller of one call to `path` carried by the pipeline, or the
     /// status refusing it.
     pub fn admit(&self, path: &str) -> Result<Caller, Status> {
         self.guard
-            .admit(path, &self.headers, self.conn.as_ref())
+            .admit_from(path, &self.headers, self.conn.as_ref(), &self.address)
             .map(|admitted| admitted.caller)
     }
+}
+
+/// The meter's key for a caller known only by its connection: `a:IP`
+/// (`a:-` without one).
+fn address_key(conn: Option<&ConnInfo>) -> String {
+    format!(
+        "a:{}",
+        conn.map_or_else(|| "-".to_owned(), |c| c.remote.ip().to_string())
+    )
 }
 
 impl Guard {
@@ -265,16 +286,23 @@ impl Guard {
         headers: &HeaderMap,
         conn: Option<&ConnInfo>,
     ) -> Result<Admitted, Status> {
+        self.admit_from(path, headers, conn, &address_key(conn))
+    }
+
+    /// [`Guard::admit`] with the connection's [`address_key`] worked out.
+    fn admit_from(
+        &self,
+        path: &str,
+        headers: &HeaderMap,
+        conn: Option<&ConnInfo>,
+        address: &str,
+    ) -> Result<Admitted, Status> {
         let Some(rule) = rule_for(path) else {
             tracing::warn!(path, "call to an RPC without an access rule refused");
             return Err(Status::permission_denied(format!(
                 "{path} has no access rule on this node; refused"
             )));
         };
-        let address = format!(
-            "a:{}",
-            conn.map_or_else(|| "-".to_owned(), |c| c.remote.ip().to_string())
-        );
         let min = match rule {
             // Raft traffic is the members' own, checked by its service.
             Rule::Peer => {
@@ -287,7 +315,7 @@ impl Guard {
             // Health checks need no credentials, but are metered by address
             // like any anonymous call.
             Rule::Public => {
-                self.meter.request(&address, Instant::now())?;
+                self.meter.request(address, Instant::now())?;
                 return Ok(Admitted {
                     caller: Caller::open(),
                     stream: None,
@@ -308,17 +336,21 @@ impl Guard {
                 };
                 // Refusals are metered by address: a flood of bad tokens is
                 // slowed, and logged only while its address has budget left.
-                self.meter.request(&address, Instant::now())?;
+                self.meter.request(address, Instant::now())?;
                 tracing::warn!(path, remote = %address, code = ?status.code(), reason = %status.message(), "call refused");
                 return Err(status);
             }
         };
         // Prefixed so no principal's name can pass for an address.
+        let named;
         let key = match &caller.name {
-            Some(name) => format!("p:{name}"),
+            Some(name) => {
+                named = format!("p:{name}");
+                named.as_str()
+            }
             None => address,
         };
-        self.meter.request(&key, Instant::now())?;
+        self.meter.request(key, Instant::now())?;
         if path != WATCH_PATH {
             return Ok(Admitted {
                 caller,
@@ -326,7 +358,7 @@ impl Guard {
                 recheck: None,
             });
         }
-        let stream = Some(self.meter.stream(&key)?);
+        let stream = Some(self.meter.stream(key)?);
         let bearer = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -495,11 +527,11 @@ where
                     request.extensions_mut().insert(recheck);
                 }
                 if path == PIPELINE_PATH {
-                    let readmit = Readmit {
-                        guard: Arc::clone(&self.guard),
-                        headers: request.headers().clone(),
-                        conn: request.extensions().get::<ConnInfo>().cloned(),
-                    };
+                    let readmit = Readmit::new(
+                        Arc::clone(&self.guard),
+                        request.headers().clone(),
+                        request.extensions().get::<ConnInfo>().cloned(),
+                    );
                     request.extensions_mut().insert(readmit);
                 }
                 // The server's deadline on every handler (shorter if the

@@ -59,10 +59,22 @@ impl Meter {
         } else {
             OVERFLOW
         };
+        // A known caller's bucket is found by reference: the key is copied
+        // only for a new one (this runs on every call).
+        if let Some(bucket) = buckets.get_mut(key) {
+            return self.take(caller, bucket, now);
+        }
         let bucket = buckets.entry(key.to_owned()).or_insert(Bucket {
             tokens: burst,
             at: now,
         });
+        self.take(caller, bucket, now)
+    }
+
+    /// Takes one request from `bucket`, `caller`'s, refilled to `now`.
+    fn take(&self, caller: &str, bucket: &mut Bucket, now: Instant) -> Result<(), Status> {
+        let rate = f64::from(self.limits.requests_per_second);
+        let burst = f64::from(self.limits.burst);
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * rate).min(burst);
         bucket.at = now;

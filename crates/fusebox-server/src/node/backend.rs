@@ -175,7 +175,11 @@ impl Backend for RaftBackend {
                 };
                 coalescer.submit(report).await
             }
-            (command, _) => propose(&self.raft, &self.metrics, &self.env.clock, command).await,
+            // Boxed: openraft's proposal future is large, and inline it
+            // would make every ledger call's and report's future as large.
+            (command, _) => {
+                Box::pin(propose(&self.raft, &self.metrics, &self.env.clock, command)).await
+            }
         }
     }
 
